@@ -17,6 +17,7 @@ Two uses:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -539,11 +540,26 @@ def apply(
     for o in plan.outputs:
         if o.source is not None and o.source in accuracy:
             acc = accuracy[o.source]
+            # a summary that is a median over rows is taken over the rows shown (after the WHERE's key
+            # exclusions, HAVING and LIMIT), as the per-row lists are
             if o.source in rows_acc:
                 acc = {**acc, "per_row_ci95_half_width": rows_acc[o.source]}
+                if acc.get("ci95_half_width") is not None:
+                    acc["ci95_half_width"] = _median(rows_acc[o.source], acc["ci95_half_width"])
             if o.source in rows_std:
+                if acc.get("noise_std") is not None:
+                    acc = {**acc, "noise_std": _median(rows_std[o.source], acc["noise_std"])}
                 acc = {**acc, "per_row_noise_std": rows_std[o.source]}
             by_output[o.name] = {**acc, "estimates": estimates} if estimates else acc
         elif o.source is None:
             by_output[o.name] = {"note": "derived from released values (post-processing)"}
     return out, by_output, notes
+
+
+def _median(values: list[Any], otherwise: float) -> float:
+    """The median of the finite values (a row released NULL has none), else ``otherwise``."""
+    finite = sorted(float(v) for v in values if v is not None and math.isfinite(v))
+    if not finite:
+        return otherwise
+    mid = len(finite) // 2
+    return finite[mid] if len(finite) % 2 else (finite[mid - 1] + finite[mid]) / 2

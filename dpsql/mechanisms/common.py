@@ -277,6 +277,7 @@ def finish_release(
     per-row interval goes to ``row_accuracy``.
     """
     row_accuracy: dict[str, pa.Array] = {}
+    row_noise_std: dict[str, pa.Array] = {}
     cols: dict[str, Any] = dict(keys)
     rounded: dict[str, np.ndarray] = {}
     gran: dict[str, float] = {}
@@ -332,6 +333,7 @@ def finish_release(
                 half = half + rs / nn + np.abs(s / nn) * rn / nn + g / 2
             # per-row half-widths travel with the rows (hidden column) through HAVING/ORDER/LIMIT
             row_accuracy[a.name] = pa.array(half, type=pa.float64())
+            row_noise_std[a.name] = pa.array(std_row, type=pa.float64())  # travels too: the summary's median
             finite = np.isfinite(std_row)
             typical = float(np.median(std_row[finite])) if finite.any() else None
             accuracy[a.name] = {
@@ -341,7 +343,7 @@ def finish_release(
                 "per_row_ci95_half_width": half.tolist(),
                 "granularity": g,
                 "note": "AVG = midpoint + noisy centred sum / noisy count (post-processing); approximate interval by the "
-                "delta method, per row in per_row_ci95_half_width (noise_std / ci95_half_width: median over rows)",
+                "delta method, per row in per_row_noise_std and per_row_ci95_half_width (noise_std / ci95_half_width: median over rows)",
             }
             continue
         vals = rounded[src]
@@ -369,7 +371,7 @@ def finish_release(
                     "magnitude, outside the interval"
                 )
     return Released(table=pa.table(cols) if cols else pa.table({}), accuracy=accuracy, row_accuracy=row_accuracy,
-                    commit=commit or {})
+                    row_noise_std=row_noise_std, commit=commit or {})
 
 
 def third_half_width(cal: Calibration, col: str, gran: float) -> float:
