@@ -320,3 +320,24 @@ def test_s4s_paper_schedule_from_explain() -> None:
             remaining -= epi
             total += epi
         assert total <= 1
+
+
+@pytest.mark.parametrize("opts,log_arg", [({"mechanism": "r2t"}, "L/beta"), ({"mechanism": "r2t", "tau_base": 2}, "L/beta")])
+def test_r2t_schedule_and_its_bias_label(opts: dict, log_arg: str) -> None:
+    """R2T (spec §3.3): τ_j = b^j, j = 1..L, L least with b^L ≥ GS; Lap(Lτ_j/ε); bias Lτ_j ln(L/β)/ε, in
+    both bases. The paper's ln(3L/β) belongs to DP-S4S's Algorithm 2, not to R2T: with ``tau_base=2`` explain
+    said "ln(3L/beta)" for R2T while its numbers are ln(L/β) (τ = 2, L = 7: 59.479 = 14 ln 70, not 14 ln 210)."""
+    cust = pa.table({"id": list(range(40))})
+    orders = pa.table({"oid": list(range(400)), "customer_id": [i % 40 for i in range(400)]})
+    s = dpsql.Session(ledger=None, budget=dpsql.Budget(epsilon=10, delta=0))
+    s.register("customers", cust, privacy_unit="id", max_groups_per_unit=1)
+    s.register("orders", orders, references={"customer_id": "customers.id"}, degree_bounds={"customer_id": 100})
+    p = s.explain("SELECT COUNT(*) FROM orders o JOIN customers c ON o.customer_id = c.id", epsilon=1.0,
+                  options=opts).parameters
+    base = float(opts.get("tau_base", 5.5))
+    big_l = math.ceil(math.log(100) / math.log(base) - 1e-12)
+    assert [st["tau"] for st in p["schedule"]] == [base**j for j in range(1, big_l + 1)]
+    for st in p["schedule"]:
+        assert st["laplace_scale"] == pytest.approx(big_l * st["tau"], rel=1e-15)
+        assert st["bias"] == pytest.approx(big_l * st["tau"] * math.log(big_l / 0.1), rel=1e-14)
+    assert log_arg in p["bias"] and "3L" not in p["bias"]
