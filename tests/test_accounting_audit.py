@@ -341,3 +341,30 @@ def test_r2t_schedule_and_its_bias_label(opts: dict, log_arg: str) -> None:
         assert st["laplace_scale"] == pytest.approx(big_l * st["tau"], rel=1e-15)
         assert st["bias"] == pytest.approx(big_l * st["tau"] * math.log(big_l / 0.1), rel=1e-14)
     assert log_arg in p["bias"] and "3L" not in p["bias"]
+
+
+def test_vector_split_in_the_summary_table_is_the_one_explain_reports() -> None:
+    """docs/mechanisms.md §6 said the grouped-join release used "ε/5 split" while §3.9 and explain give the SVT
+    ε/10 and the release 9ε/10 (Lemma 4.2 holds for any split; the summary must name the one charged)."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "mechanisms.md").read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| DP-S4S vector |"))
+    dpsql_cell = row.split("|")[2]
+    assert "ε/10" in dpsql_cell and "9ε/10" in dpsql_cell and "ε/5 split" not in dpsql_cell
+    cust = pa.table({"id": list(range(40)), "seg": [f"s{i % 2}" for i in range(40)]})
+    orders = pa.table({"oid": list(range(400)), "customer_id": [i % 40 for i in range(400)]})
+    s = dpsql.Session(ledger=None, budget=dpsql.Budget(epsilon=10, delta=1e-5))
+    s.register("customers", cust, privacy_unit="id", max_groups_per_unit=1, columns={"seg": {"domain": ["s0", "s1"]}})
+    s.register("orders", orders, references={"customer_id": "customers.id"}, degree_bounds={"customer_id": 16})
+    p = s.explain("SELECT c.seg, COUNT(*) FROM orders o JOIN customers c ON o.customer_id = c.id GROUP BY c.seg",
+                  epsilon=4.0, delta=1e-7, options={"mechanism": "dp_s4s"}).parameters
+    assert p["budget_split"]["svt_epsilon"] == "epsilon/10 per part"
+    assert p["budget_split"]["release_epsilon"] == "9 epsilon/10 per part"
+    # Lemma 4.2 at that split, from the parameters shown (ρ a hair below ε₂ − ln(1/δ_A)/(α − 1), never above)
+    with mp.workdps(DPS):
+        a, rho, d_a, qp = (mp.mpf(p[k]) for k in ("alpha", "rho", "delta_algorithm", "q_prime"))
+        assert rho <= mp.mpf(3.6) - mp.log(1 / d_a) / (a - 1)
+        lem = mp.log(1 + qp * mp.expm1(mp.mpf(0.4))) + (mp.log(1 + qp * mp.expm1((a - 1) * rho)) + mp.log(1 / d_a)) / (a - 1)
+        assert mp.mpf(p["epsilon_lemma_4_2"]) >= lem
+        assert float(mp.mpf(p["epsilon_lemma_4_2"]) / lem - 1) <= 1e-12
