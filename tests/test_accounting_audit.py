@@ -368,3 +368,25 @@ def test_vector_split_in_the_summary_table_is_the_one_explain_reports() -> None:
         lem = mp.log(1 + qp * mp.expm1(mp.mpf(0.4))) + (mp.log(1 + qp * mp.expm1((a - 1) * rho)) + mp.log(1 / d_a)) / (a - 1)
         assert mp.mpf(p["epsilon_lemma_4_2"]) >= lem
         assert float(mp.mpf(p["epsilon_lemma_4_2"]) / lem - 1) <= 1e-12
+
+
+@pytest.mark.parametrize("opts", [{"sigma": 5.0, "tau_star": 21.2}, {"sigma": 4.2, "tau_star": 30.0}, {"sigma": 4.2}])
+def test_a_refusals_least_sigma_or_tau_star_is_accepted_as_written(opts: dict) -> None:
+    """The hint of a refused fixed (σ, τ*) names the least value that passes, rounded up at the shown digits: it
+    named τ* ≥ 24.7671 at σ = 5 (ε = 1, δ = 1e-6, C_u = 1) where the least is 24.767121544…, so the value
+    written back was refused again (δ = 1.00002e-06)."""
+    import re
+
+    from dpsql.errors import ConfigError
+
+    s = _session(1, 1)
+    sql = "SELECT url, COUNT(*) FROM events GROUP BY url"
+    with pytest.raises(ConfigError) as ei:
+        s.explain(sql, epsilon=1.0, delta=1e-6, options=opts)
+    m = re.search(r"(tau_star|sigma) (?:to at least|>=|must be at least) ([0-9.e+-]+)", str(ei.value))
+    assert m, str(ei.value)
+    key, val = m.group(1), float(m.group(2))
+    fixed = {**opts, key: val}
+    p = s.explain(sql, epsilon=1.0, delta=1e-6, options=fixed).parameters
+    assert p[key] >= val - 1e-12 * val
+    assert _gshm(1.0, p["sigma"], p["tau_star"] - p["tau"], 1) <= mp.mpf(1e-6)
