@@ -390,3 +390,21 @@ def test_a_refusals_least_sigma_or_tau_star_is_accepted_as_written(opts: dict) -
     p = s.explain(sql, epsilon=1.0, delta=1e-6, options=fixed).parameters
     assert p[key] >= val - 1e-12 * val
     assert _gshm(1.0, p["sigma"], p["tau_star"] - p["tau"], 1) <= mp.mpf(1e-6)
+
+
+def test_case_study_calibration_through_explain() -> None:
+    """URL-shares case study (C_u = 51914, ε = 0.349, δ = 1e-5): σ is the vector's σ_min rounded up by at most the
+    evaluation margin, τ* the least integer above the closed-form margin σΦ⁻¹((1 − δ)^{1/C_u}) (the Gaussian part
+    does not bind), and the sampler's δ for 51914 coordinates is charged on top, below δ."""
+    cs = load_vectors("sparse_histogram.json")["case_study_facebook_urls"]
+    t = pa.table({"user_id": [i % 50 for i in range(500)], "url": [f"u{i % 7}" for i in range(500)]})
+    s = dpsql.Session(ledger=None, budget=dpsql.Budget(epsilon=10, delta=1e-3))
+    s.register("events", t, privacy_unit="user_id", max_groups_per_unit=51914, max_rows_per_group=1)
+    p = s.explain("SELECT url, COUNT(*) FROM events GROUP BY url", epsilon=0.349, delta=1e-5).parameters
+    smin = cs["min_sigma_gaussian_only"]
+    assert smin <= p["sigma"] <= smin * (1 + 1e-10)
+    with mp.workdps(DPS):
+        pr = -mp.expm1(mp.log1p(-mp.mpf("1e-5")) / 51914)
+        lb = -mp.mpf(p["sigma"]) * mp.sqrt(2) * mp.erfinv(2 * pr - 1)  # σΦ⁻¹(1 − p)
+    assert p["tau_star"] == math.ceil(1 + float(lb))
+    assert 0 < p["fp_delta"] < 1e-5
