@@ -408,3 +408,20 @@ def test_case_study_calibration_through_explain() -> None:
         lb = -mp.mpf(p["sigma"]) * mp.sqrt(2) * mp.erfinv(2 * pr - 1)  # σΦ⁻¹(1 − p)
     assert p["tau_star"] == math.ceil(1 + float(lb))
     assert 0 < p["fp_delta"] < 1e-5
+
+
+@pytest.mark.parametrize("gs", [1e9, 2.0**40, 2.0**62])
+def test_tau_base_hints_pass_as_written(gs: float) -> None:
+    """A grid with too many thresholds names the least tau_base that fits, rounded up: it named 1.38237 for
+    GS = 1e9, which was refused again ("makes about 64 R2T thresholds")."""
+    import re
+
+    from dpsql.accounting.s4s import r2t_schedule, s4s_tau_grid
+    from dpsql.errors import ConfigError
+
+    for call in (lambda b: r2t_schedule(1.0, gs, 0.1, b), lambda b: s4s_tau_grid(gs, b)):
+        with pytest.raises(ConfigError) as ei:
+            call(1.0001)
+        m = re.search(r"tau_base >= ([0-9.e+-]+)", str(ei.value))
+        assert m, str(ei.value)
+        call(float(m.group(1)))  # accepted as written
