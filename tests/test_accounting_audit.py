@@ -425,3 +425,24 @@ def test_tau_base_hints_pass_as_written(gs: float) -> None:
         m = re.search(r"tau_base >= ([0-9.e+-]+)", str(ei.value))
         assert m, str(ei.value)
         call(float(m.group(1)))  # accepted as written
+
+
+@pytest.mark.parametrize("eps,delta", [(4.0, 1e-7), (0.3, 1e-9), (1.0, 1e-5)])
+def test_clip_norm_hint_passes_as_written(eps: float, delta: float) -> None:
+    """A clip_norm too large for a count names the largest that fits, rounded down: it named 1.73e+14 at
+    (ε, δ) = (4, 1e-7), above the limit, which was refused again."""
+    import re
+
+    from dpsql.errors import ConfigError
+
+    cust = pa.table({"id": list(range(40)), "seg": [f"s{i % 2}" for i in range(40)]})
+    orders = pa.table({"oid": list(range(400)), "customer_id": [i % 40 for i in range(400)]})
+    s = dpsql.Session(ledger=None, budget=dpsql.Budget(epsilon=10, delta=1e-3))
+    s.register("customers", cust, privacy_unit="id", max_groups_per_unit=1, columns={"seg": {"domain": ["s0", "s1"]}})
+    s.register("orders", orders, references={"customer_id": "customers.id"}, degree_bounds={"customer_id": 16})
+    sql = "SELECT c.seg, COUNT(*) FROM orders o JOIN customers c ON o.customer_id = c.id GROUP BY c.seg"
+    with pytest.raises(ConfigError) as ei:
+        s.explain(sql, epsilon=eps, delta=delta, options={"clip_norm": 2.0**63})
+    m = re.search(r"clip_norm at most ([0-9.e+-]+)", str(ei.value))
+    assert m, str(ei.value)
+    s.explain(sql, epsilon=eps, delta=delta, options={"clip_norm": float(m.group(1))})  # accepted as written
