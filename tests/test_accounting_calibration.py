@@ -151,7 +151,7 @@ def test_fixed_sigma_fills_in_the_least_threshold():
 def test_fixed_sigma_below_the_gaussian_floor_is_refused():
     with pytest.raises(ConfigError, match=r"sigma=2228\.0 is too small") as ei:
         calibrate_sparse_histogram_fixed(0.349, 1e-5, sigma=2228.0, max_groups=C_URL)
-    assert "2228.48" in str(ei.value)  # the hint names the floor
+    assert "sigma >= 2228.49" in str(ei.value)  # the hint names the floor (2228.4826…), rounded up
 
 
 def test_fixed_tau_star_gives_the_least_sigma():
@@ -200,7 +200,7 @@ def test_both_fixed_ok_and_refused_with_the_implied_delta():
     assert implied > 1e-5
     with pytest.raises(ConfigError, match=f"gives delta={implied:.6g}") as ei:
         calibrate_sparse_histogram_fixed(0.349, 1e-5, sigma=2300.0, tau_star=14000.0, max_groups=C_URL)
-    assert "raise tau_star to at least 14398.7" in str(ei.value)
+    assert "raise tau_star to at least 14398.8" in str(ei.value)  # least 14398.742…, rounded up
     # add-the-deltas accounting refuses a pair that the exact accounting accepts
     with pytest.raises(ConfigError, match="add_the_deltas accounting"):
         calibrate_sparse_histogram_fixed(

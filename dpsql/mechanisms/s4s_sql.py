@@ -456,7 +456,9 @@ def describe(cal: JoinCalibration) -> Description:
         "join": cal.jp.describe(),
         "truncation": "closed form in the engine (one person per tuple)" if cal.fast else _truncation_path(cal),
         "tau_base": cal.tau_base,
-        "bias": "ln(3L/beta) per step (the paper's Algorithm 2)" if cal.paper_bias else "ln(L/beta) per step",
+        # R2T's bias is L tau ln(L/beta)/eps in every base; ln(3L/beta) is DP-S4S's Algorithm 2 only
+        "bias": ("ln(3L/beta) per step (the paper's Algorithm 2)" if cal.paper_bias and cal.name != MechanismName.R2T
+                 else "ln(L/beta) per step"),
         "parts": [{"sign": p.sign, "scale": p.scale, "epsilon": cal.part_epsilon,
                    "delta": cal.part_delta if cal.rdp is not None else 0.0} for p in cal.parts],
         "tau_grid": list(cal.taus),

@@ -213,6 +213,7 @@ Dong, Sun, Yi, "Better than composition" (PMSJA, SIGMOD 2023); ``docs/mechanisms
 
 from __future__ import annotations
 
+import decimal
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -263,6 +264,11 @@ CLIP_MIN = 2.0**-400
 #: 2^-53 of its value (a subnormal quotient is off by up to 2^-1075 absolute: 0.5000001 x 2^-1074 rounds to
 #: 2^-1074, doubling the clipped vector); an infinite norm (squares overflowing) gives C / norm = 0: clipped to 0
 CLIP_MIN_RATIO = 2.0**-1000
+
+
+def _down3(x: float) -> str:
+    """``x`` to 3 significant digits rounded down: a largest clip_norm named in a hint must pass as written."""
+    return format(decimal.Context(prec=3, rounding=decimal.ROUND_FLOOR).plus(decimal.Decimal(x)), "g")
 
 
 def clip_in_range(clip: float, max_total: float) -> bool:
@@ -676,7 +682,7 @@ def clip_params(epsilon: float, delta: float, d: int, clip: float, integer: bool
         # a count is released as an integer: noise past 2^53 is not one (past 2^63 it wrapped to -2^63)
         raise ConfigError(f"clip_norm={clip!r} is too large for a count: its noise (sigma {cp.sigma:.3g}) leaves the "
                           "integers a count is released as",
-                          hint=f"declare clip_norm at most {clip * _EXACT_INTEGERS / (40.0 * cp.sigma):.3g} (or omit it)")
+                          hint=f"declare clip_norm at most {_down3(clip * _EXACT_INTEGERS / (40.0 * cp.sigma))} (or omit it)")
     return cp
 
 
