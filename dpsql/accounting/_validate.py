@@ -8,6 +8,7 @@ the parameter and a hint, instead of propagating a NaN or a silent wrong answer.
 
 from __future__ import annotations
 
+import decimal
 import math
 import numbers
 from typing import Any
@@ -127,3 +128,10 @@ def real_array(
     if minimum is not None and np.any(arr < minimum):
         raise ConfigError(f"{name} must be >= {minimum:g}, got {value!r}", hint=h)
     return arr
+
+
+def shown(x: float, digits: int, *, up: bool) -> str:
+    """``x`` to ``digits`` significant digits rounded up (a least value named in a hint) or down (a largest one), so
+    that the value a refusal's hint names passes as written."""
+    ctx = decimal.Context(prec=digits, rounding=decimal.ROUND_CEILING if up else decimal.ROUND_FLOOR)
+    return format(ctx.plus(decimal.Decimal(x)), "g")

@@ -55,7 +55,6 @@ If σ is rounded up too, recompute τ* for the rounded σ with :func:`calibrate_
 
 from __future__ import annotations
 
-import decimal
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -329,10 +328,6 @@ def calibrate_sparse_histogram(
     return pb.record(sigma, ts)
 
 
-def _up(x: float) -> str:
-    """``x`` to 6 significant digits rounded up (a least σ or τ* shown in a hint must pass as written)."""
-    return format(decimal.Context(prec=6, rounding=decimal.ROUND_CEILING).plus(decimal.Decimal(x)), "g")
-
 
 def calibrate_sparse_histogram_fixed(
     epsilon: float,
@@ -382,16 +377,16 @@ def calibrate_sparse_histogram_fixed(
         raise ConfigError(
             f"sigma={s!r} is too small for (epsilon={pb.e!r}, delta={pb.d!r}): the Gaussian part alone "
             f"already has delta above the target, so no threshold can help",
-            hint=f"use sigma >= {_up(pb.sigma_min)} (the Gaussian-only minimum for max_groups={pb.c})",
+            hint=f"use sigma >= {v.shown(pb.sigma_min, 6, up=True)} (the Gaussian-only minimum for max_groups={pb.c})",
         )
     if s is not None and ts is not None:
         d_at = pb.delta_at(s, ts)
         if d_at > pb.d_safe:
             need = pb.min_tau_star(s)
             fix = (
-                f"raise tau_star to at least {_up(need)} at this sigma"
+                f"raise tau_star to at least {v.shown(need, 6, up=True)} at this sigma"
                 if math.isfinite(need)
-                else f"sigma must be at least {_up(pb.sigma_min)} for this (epsilon, delta)"
+                else f"sigma must be at least {v.shown(pb.sigma_min, 6, up=True)} for this (epsilon, delta)"
             )
             raise ConfigError(
                 f"sigma={s!r} with tau_star={ts!r} gives delta={d_at:.6g} at epsilon={pb.e!r} "
@@ -405,7 +400,7 @@ def calibrate_sparse_histogram_fixed(
             raise ConfigError(
                 f"sigma={s!r} is too small for (epsilon={pb.e!r}, delta={pb.d!r}): the Gaussian part alone "
                 f"already has delta above the target, so no threshold can help",
-                hint=f"use sigma >= {_up(pb.sigma_min)} (the Gaussian-only minimum for max_groups={pb.c})",
+                hint=f"use sigma >= {v.shown(pb.sigma_min, 6, up=True)} (the Gaussian-only minimum for max_groups={pb.c})",
             )
         return pb.record(s, t_s, fixed=("sigma",))
     assert ts is not None

@@ -72,7 +72,6 @@ L·τ_j·ln(L/β)/ε (b = 2 in the paper, 5.5 by default as in the authors' code
 
 from __future__ import annotations
 
-import decimal
 import functools
 import math
 from collections.abc import Callable
@@ -609,10 +608,6 @@ def tau_grid_base(base: object) -> float:
     return b
 
 
-def _up6(x: float) -> str:
-    """``x`` to 6 significant digits rounded up: a least tau_base named in a hint must pass as written."""
-    return format(decimal.Context(prec=6, rounding=decimal.ROUND_CEILING).plus(decimal.Decimal(x)), "g")
-
 
 def s4s_tau_grid(
     max_tuples: int, base: float = DEFAULT_TAU_BASE, *, top_at_delta: bool = True, keep_near_top: bool = False
@@ -636,7 +631,7 @@ def s4s_tau_grid(
         raise ConfigError(
             f"tau_base={b:.15g} makes about {math.log(n) / math.log(b) + 1:.0f} truncation thresholds for at most {n} "
             f"tuples per person; at most {MAX_TAU_GRID} are allowed",
-            hint=f"use tau_base >= {_up6(n ** (1.0 / (MAX_TAU_GRID - 1)) * (1 + 1e-12))} (default {DEFAULT_TAU_BASE}, the paper's 2)")
+            hint=f"use tau_base >= {v.shown(n ** (1.0 / (MAX_TAU_GRID - 1)) * (1 + 1e-12), 6, up=True)} (default {DEFAULT_TAU_BASE}, the paper's 2)")
     out: list[float] = []
     i = 0
     while True:
@@ -958,7 +953,7 @@ def r2t_schedule(
         raise ConfigError(
             f"tau_base={bb:.15g} makes about {math.log(gs) / math.log(bb):.0f} R2T thresholds for a global sensitivity "
             f"of {gs:.6g}; at most {MAX_TAU_GRID} are allowed",
-            hint=f"use tau_base >= {_up6(gs ** (1.0 / MAX_TAU_GRID) * (1 + 1e-12))} (default {DEFAULT_TAU_BASE}, the paper's 2)")
+            hint=f"use tau_base >= {v.shown(gs ** (1.0 / MAX_TAU_GRID) * (1 + 1e-12), 6, up=True)} (default {DEFAULT_TAU_BASE}, the paper's 2)")
     if bb == 2.0:
         big_l = max(1, math.ceil(math.log2(gs) - 1e-12))
     else:

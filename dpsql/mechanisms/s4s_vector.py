@@ -213,7 +213,6 @@ Dong, Sun, Yi, "Better than composition" (PMSJA, SIGMOD 2023); ``docs/mechanisms
 
 from __future__ import annotations
 
-import decimal
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -226,6 +225,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from dpsql.accounting import gaussian_sigma, s4s_gamma_eta, s4s_smooth_sensitivity
+from dpsql.accounting._validate import shown
 from dpsql.accounting.s4s import (
     s4s_find_alpha,
     s4s_tau_grid,
@@ -265,10 +265,6 @@ CLIP_MIN = 2.0**-400
 #: 2^-1074, doubling the clipped vector); an infinite norm (squares overflowing) gives C / norm = 0: clipped to 0
 CLIP_MIN_RATIO = 2.0**-1000
 
-
-def _down3(x: float) -> str:
-    """``x`` to 3 significant digits rounded down: a largest clip_norm named in a hint must pass as written."""
-    return format(decimal.Context(prec=3, rounding=decimal.ROUND_FLOOR).plus(decimal.Decimal(x)), "g")
 
 
 def clip_in_range(clip: float, max_total: float) -> bool:
@@ -682,7 +678,7 @@ def clip_params(epsilon: float, delta: float, d: int, clip: float, integer: bool
         # a count is released as an integer: noise past 2^53 is not one (past 2^63 it wrapped to -2^63)
         raise ConfigError(f"clip_norm={clip!r} is too large for a count: its noise (sigma {cp.sigma:.3g}) leaves the "
                           "integers a count is released as",
-                          hint=f"declare clip_norm at most {_down3(clip * _EXACT_INTEGERS / (40.0 * cp.sigma))} (or omit it)")
+                          hint=f"declare clip_norm at most {shown(clip * _EXACT_INTEGERS / (40.0 * cp.sigma), 3, up=False)} (or omit it)")
     return cp
 
 
