@@ -1,4 +1,4 @@
-"""Joins: rows that reach nobody.
+"""Joins: rows that reach nobody, and the options a lookup join accepts.
 
 Finding (fixed, wrong answer): over a join whose Delta is enforced by per-input row caps, the rows of the capped
 input whose owner column is NULL (``orders.cid`` NULL: the order reaches nobody) were capped as if they were one
@@ -9,6 +9,18 @@ in full: with zero noise ``SELECT COUNT(*) FROM orders o JOIN item i ON o.oid = 
 ``mechanism='clipped_gaussian'`` lost the same rows. A row with a NULL in its cap's partition now passes the cap
 (it reaches nobody through that column, or, where the column is joined on, joins nothing); every person's rows
 are still capped at L.
+
+Finding (fixed, bad refusal): over a lookup join (one private table joined to public tables on their declared
+keys), ``options={'reuse': 'never'}`` was refused with "reuse='synopsis' reads a stored synopsis of one table's
+rows ...", an option the analyst did not pass. 'never' asks that no stored synopsis answer the query, which a
+lookup join never reads: it is now accepted (as over every other join) and answered as without it; 'synopsis'
+stays refused for free.
+
+Finding (fixed, bad refusal): a scalar aggregate over a lookup join with ``degree_caps`` or ``tau_base`` (options
+only DP-S4S and R2T read, documented to keep the join mechanisms) was routed to the per-person clipping path,
+which then refused them ("option(s) ['degree_caps'] do not apply to the clipped_gaussian mechanism"): the
+option could not be used at all without also naming the mechanism. Such a query is now answered by DP-S4S, as
+with ``q``, and the cap or base applies.
 """
 
 from __future__ import annotations
@@ -21,6 +33,7 @@ import pytest
 
 import dpsql
 from dpsql.budget import Budget
+from dpsql.errors import PolicyError
 from dpsql.testing import use_noise, zero_noise
 
 BIG = 1e6  # R2T at zero noise: the bias subtracted is ~1e-5 per threshold
@@ -124,3 +137,57 @@ def test_negative_control_one_persons_rows_are_still_capped_at_the_bound() -> No
                         epsilon=BIG, delta=1e-3, options={"mechanism": "r2t", "q": 1.0})
             assert round(r.to_pylist()[0]["n"]) == 3  # 4 orders, bound 3
 
+
+# -- the options a lookup join accepts ----------------------------------------------------------------------------
+
+_LOOKUP = "SELECT COUNT(*) AS n FROM orders o JOIN countries k ON o.cc = k.code"
+_LOOKUP_GROUPED = "SELECT k.region, COUNT(*) AS n FROM orders o JOIN countries k ON o.cc = k.code GROUP BY 1"
+
+
+@pytest.mark.parametrize("sql", [_LOOKUP, _LOOKUP_GROUPED,
+                                 "SELECT COUNT(*) AS n FROM orders o LEFT JOIN countries k ON o.cc = k.code"])
+def test_reuse_never_is_accepted_over_a_lookup_join(sql: str) -> None:
+    t = _tables()
+    with _session(t) as s:
+        want = s.query(sql, epsilon=1.0, delta=1e-6)
+        got = s.query(sql, epsilon=1.0, delta=1e-6, options={"reuse": "never"})
+        assert got.to_pylist() == want.to_pylist()
+        assert got.mechanism == want.mechanism
+
+
+@pytest.mark.parametrize("sql", [_LOOKUP, _LOOKUP_GROUPED])
+def test_reuse_synopsis_stays_refused_for_free_over_a_lookup_join(sql: str) -> None:
+    t = _tables()
+    with _session(t) as s:
+        before, recorded = s.remaining(), len(_history(s))
+        with pytest.raises(PolicyError) as e:
+            s.query(sql, epsilon=1.0, delta=1e-6, options={"reuse": "synopsis"})
+        assert "reuse='synopsis'" in str(e.value)
+        assert s.remaining() == before and len(_history(s)) == recorded
+
+
+def test_degree_caps_over_a_scalar_lookup_join_are_applied_by_dp_s4s() -> None:
+    t = _tables()
+    with _session(t) as s:
+        r = s.query(_LOOKUP, epsilon=1.0, delta=1e-6, options={"degree_caps": {"orders.cid": 2}})
+        assert r.mechanism == "dp_s4s"
+        assert r.details["Delta"] == 2 and "o.cid <= 2" in r.details["caps"]
+        # the same as naming the mechanism
+        named = s.explain(_LOOKUP, epsilon=1.0, delta=1e-6, options={"degree_caps": {"orders.cid": 2},
+                                                                     "mechanism": "dp_s4s"})
+        assert named.mechanism == "dp_s4s"
+
+
+def test_tau_base_over_a_scalar_lookup_join_is_applied_by_dp_s4s() -> None:
+    t = _tables()
+    with _session(t) as s:
+        r = s.query(_LOOKUP, epsilon=1.0, delta=1e-6, options={"tau_base": 2})
+        assert r.mechanism == "dp_s4s" and r.details["tau_base"] == 2.0
+
+
+def test_negative_control_a_lookup_join_without_join_options_keeps_its_one_table_route() -> None:
+    t = _tables()
+    with _session(t) as s:
+        assert s.query(_LOOKUP, epsilon=1.0, delta=1e-6).mechanism == "gaussian"
+        assert s.query(_LOOKUP, epsilon=1.0, delta=1e-6,
+                       options={"clip_norm": 2.0}).mechanism == "clipped_gaussian"
