@@ -21,6 +21,12 @@ only DP-S4S and R2T read, documented to keep the join mechanisms) was routed to 
 which then refused them ("option(s) ['degree_caps'] do not apply to the clipped_gaussian mechanism"): the
 option could not be used at all without also naming the mechanism. Such a query is now answered by DP-S4S, as
 with ``q``, and the cap or base applies.
+
+Finding (fixed, wording): ``GROUP BY o.cc`` over ``customer c JOIN orders o ON c.id = o.cid JOIN countries k ON
+o.cc = k.code`` (a join the lookup path does not answer) was refused with the hint "... or join a public table and
+group by its column", a join the query already makes. Where an inner join's ON equates the key with a column of a
+public table, the hint now names that column (``group by k.code, the public column it is joined to``), which
+answers.
 """
 
 from __future__ import annotations
@@ -191,3 +197,32 @@ def test_negative_control_a_lookup_join_without_join_options_keeps_its_one_table
         assert s.query(_LOOKUP, epsilon=1.0, delta=1e-6).mechanism == "gaussian"
         assert s.query(_LOOKUP, epsilon=1.0, delta=1e-6,
                        options={"clip_norm": 2.0}).mechanism == "clipped_gaussian"
+
+
+# -- a private key equated with a public column -------------------------------------------------------------------
+
+_THREE = "FROM customer c JOIN orders o ON c.id = o.cid JOIN countries k ON o.cc = k.code"
+
+
+@pytest.mark.parametrize("key", ["o.cc", "cc"])
+def test_a_private_key_joined_to_a_public_column_is_refused_naming_that_column(key: str) -> None:
+    t = _tables()
+    with _session(t) as s:
+        before, recorded = s.remaining(), len(_history(s))
+        with pytest.raises(PolicyError) as e:
+            s.query(f"SELECT {key}, COUNT(*) AS n {_THREE} GROUP BY {key}", epsilon=1.0, delta=1e-6)
+        assert "or group by k.code, the public column it is joined to" in str(e.value)
+        assert "or join a public table" not in str(e.value)
+        assert s.remaining() == before and len(_history(s)) == recorded
+        # the fix it names answers
+        rows = s.query(f"SELECT k.code, COUNT(*) AS n {_THREE} GROUP BY k.code", epsilon=1.0, delta=1e-6).to_pylist()
+        assert sorted(r["code"] for r in rows) == ["DE", "FR"]
+
+
+def test_negative_control_a_private_key_joined_to_no_public_column_keeps_the_general_hint() -> None:
+    t = _tables()
+    with _session(t) as s:
+        with pytest.raises(PolicyError) as e:
+            s.query(f"SELECT o.oid, COUNT(*) AS n {_THREE} GROUP BY o.oid", epsilon=1.0, delta=1e-6)
+        assert "or join a public table and group by its column" in str(e.value)
+        assert "the public column it is joined to" not in str(e.value)
