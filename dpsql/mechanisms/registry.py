@@ -568,7 +568,7 @@ def _route_join(
     if forced not in ("auto", "dp_s4s", "r2t"):
         raise PolicyError(f"joins are answered by DP-S4S or R2T, not by mechanism '{forced}'",
                           hint="use mechanism='dp_s4s' or 'r2t', or omit the option")
-    if forced == "auto" and lookup and delta > 0:
+    if forced == "auto" and lookup and delta > 0 and not set(options) & _TRUNCATION_OPTIONS:
         return _route_lookup_join(sql, plan, epsilon, delta, options, catalog, find_synopsis)
     if forced == "auto":
         sampled = options.get("q", 1.0 if not people.enforced else 0.5) < 1.0
@@ -588,6 +588,9 @@ def _route_join(
 
 #: options only the join mechanisms read: asked for, they keep a lookup join on those mechanisms
 _JOIN_OPTIONS = frozenset({"q", "degree_caps", "max_tuples_per_user", "tau_base", "clip_norm"})
+#: options only DP-S4S and R2T read (the per-person clipping path of a scalar lookup join does not): asked for, they
+#: route such a query to DP-S4S, as ``q`` does
+_TRUNCATION_OPTIONS = frozenset({"degree_caps", "tau_base", "max_tuples_per_user"})
 #: the mechanisms a lookup join's one-table path answers with (the ``mechanism`` option's values it accepts)
 _LOOKUP_NAMES = ("auto", "gaussian", "laplace", "sparse_histogram", "exponential")
 
@@ -701,7 +704,8 @@ def _route_lookup_join(
     catalog: Mapping[str, TableSpec], find_synopsis: Callable[[str], tuple[int, str] | None],
 ) -> Route:
     """Rule 0, a scalar aggregate over a lookup join (``_lookup_join``) asked for the join mechanisms
-    (mechanism='clipped_gaussian', or an option only they read; otherwise ``_route_lookup_one_table``): the
+    (mechanism='clipped_gaussian', or clip_norm; q, degree_caps, tau_base and max_tuples_per_user, which only DP-S4S
+    and R2T read, route it to DP-S4S; otherwise ``_route_lookup_one_table``): the
     per-person clipping path of a grouped join over one constant key (a public key set of one value, read from
     no data), no sampling. Its quantity is the join's: each private input capped at L rows per unit before the
     WHERE, as every join mechanism caps its inputs.
@@ -780,7 +784,7 @@ def _route_lookup_one_table(
                                    "answers it, every declared key released")
         return None
     _check_public_groups(one)
-    if "reuse" in options:  # a stored synopsis is of the table's own rows, never of its rows joined with lookups
+    if options.get("reuse") == "synopsis":  # a stored synopsis is of the table's rows, never of them joined with lookups
         raise PolicyError("reuse='synopsis' reads a stored synopsis of one table's rows; a lookup join's rows are the "
                           "table's rows joined with lookup rows, which no stored synopsis holds", hint="omit the reuse "
                           "option (the query is then answered on its own, and charged: explain shows the cost)")

@@ -318,6 +318,24 @@ class _JoinBuilder:
         self.inputs.append(_Input(alias, table, tbl))
         return True
 
+    def public_twin(self, node: exp.Expression, message: str) -> str:
+        """``message`` (a GROUP BY key without a public key set) naming, as its fix, a column of a public table that an
+        inner join's ON equates with the key (the same values in every tuple), where there is one."""
+        generic = "or join a public table and group by its column)"
+        if not isinstance(node, exp.Column) or not message.endswith(generic):
+            return message
+        alias = (node.table or "").lower()
+        mine = next((flat(i.alias, node.name.lower()) for i in self.inputs
+                     if i.alias == alias or (not alias and flat(i.alias, node.name.lower()) in self.flat_schema)), None)
+        if mine is None:
+            return message
+        twins = [f"{i.alias}.{c}" for i in self.inputs if i.table.public and i.alias not in self.left
+                 for c in sorted(i.table.schema) if flat(i.alias, c) in self.flat_schema
+                 and self.uf.find(flat(i.alias, c)) == self.uf.find(mine) and flat(i.alias, c) != mine]
+        if not twins:
+            return message
+        return message[: -len(generic)] + f"or group by {twins[0]}, the public column it is joined to: equal in every joined row)"
+
     def resolve(self, col: exp.Column, where: str) -> str | None:
         """The flat name of a column reference, or None (reported)."""
         name = col.name.lower()
@@ -719,7 +737,8 @@ class _JoinBuilder:
 
         pv: list[Violation] = []
         self.keys = group_keys(stmt, [(i.alias, i.table) for i in self.inputs], self.resolve, self.bad,
-                               lambda n, m: _bad(self.sql, n, m, pv), lambda n, m: violation(n, self.sql, m))
+                               lambda n, m: _bad(self.sql, n, self.public_twin(n, m), pv),
+                               lambda n, m: violation(n, self.sql, self.public_twin(n, m)))
         if pv and not self.vs:
             _raise(pv, policy=True)  # a key without a public key set: the owner's declaration is missing
         self.vs.extend(pv)

@@ -660,9 +660,12 @@ TWO_ROW_MAX_COLUMNS = 2
 
 
 def cap_rows(relation: exp.Expression, partition: Sequence[str], order_by: Sequence[str], n: float, salt: str, *,
-             alias: str, ops: SqlOps = DEFAULT_OPS, draw: bool = False, coded: frozenset[str] = frozenset()) -> exp.Subquery:
+             alias: str, ops: SqlOps = DEFAULT_OPS, draw: bool = False, coded: frozenset[str] = frozenset(),
+             null_free: bool = False) -> exp.Subquery:
     """At most ``n`` rows per partition: a uniform random subset that depends only on the
-    partition's own rows.
+    partition's own rows. With ``null_free`` (not with ``draw``), a row with a NULL in a partition
+    column is not capped (each such row its own partition): a join's input capped per the column
+    through which its rows reach people keeps every row that reaches nobody.
 
     With ``draw`` (the caller's relation is read once) and a backend that draws per row
     (``ops.row_clock()``, DuckDB's ``RANDOM()``): every row gets a fresh draw in a column
@@ -698,6 +701,17 @@ def cap_rows(relation: exp.Expression, partition: Sequence[str], order_by: Seque
     numbered = exp.select("*", exp.alias_(idx, "__idx")).from_(relation, copy=False).subquery("__numbered", copy=False)
     # (the spread column, a function of the others, changes no choice)
     drawn_by = [c for c in partition if c != SPREAD]
+    if null_free:
+        # 0 for a row whose partition is all set (the partition as before), else its own number within the rows of
+        # its partition: each a partition of one row, kept. Not hashed: the choices among the other rows are unchanged
+        assert clock is None, "null_free caps number their rows"
+        nulls = [exp.Is(this=_col(c), expression=exp.Null()) for c in drawn_by]
+        anyone = nulls[0] if len(nulls) == 1 else exp.Or(this=nulls[0], expression=nulls[1])
+        for extra in nulls[2:]:
+            anyone = exp.Or(this=anyone, expression=extra)
+        free = exp.Case(ifs=[exp.If(this=anyone, true=_col("__idx"))], default=exp.Literal.number(0))
+        numbered = exp.select("*", exp.alias_(free, "__free")).from_(numbered, copy=False).subquery("__freed", copy=False)
+        partition = [*partition, "__free"]
     if coded & set(partition):  # a coded key is hashed as its text (:func:`coded_keys`)
         hashed = [_coder(ops).domain_text(_col(c)) if c in coded else _col(c) for c in [*drawn_by, "__idx"]]
         key = _coder(ops).keyed_hash_of(hashed, salt)

@@ -679,8 +679,9 @@ def join_relation(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], *, salt: st
         for (ca, cc), n in cap_of.items():
             if ca == a:
                 rel = _semi_filter(rel, jp, a, cc, probed, spread=spread, columns=[flat(a, c) for c in cols])
+                # a row with a NULL in its partition reaches nobody through it (or joins nothing): not capped
                 kept = cap_rows(rel.subquery("__in"), [flat(a, p) for p in key_parts(cc)], [flat(a, c) for c in cols], n, salt,
-                                alias="__capped", ops=ops)
+                                alias="__capped", ops=ops, null_free=True)
                 rel = exp.select(*[_col(flat(a, c)) for c in cols]).from_(kept)
         for ua, uc in jp.unique_keys:
             if ua == a:
