@@ -1,5 +1,11 @@
-"""One-table SQL: date formats.
+"""One-table SQL: options of a request of several queries, and date formats.
 
+* A request of several queries (GROUP BY ROLLUP / CUBE / GROUPING SETS, UNION ALL) passed every option to every one of
+  its queries, and each refused the options it does not read. A ROLLUP with a grand total could then lower no cap:
+  ``max_groups_per_unit`` was refused by the total ('use the option max_rows_per_unit instead'), and
+  ``max_rows_per_unit`` by the grouped query ('use the options max_rows_per_group and max_groups_per_unit'), a loop of
+  hints; ``tau`` was refused because the total is no sparse histogram. Each option now goes to the queries that read
+  it; one that no query of the request reads is still refused, for free.
 * ``strftime(d, '%Q')`` (or a format ending in a lone ``%``) was refused by DuckDB's binder as 'the query does not
   type-check against the table's columns ... check the types': a format specifier DuckDB does not know is now refused
   at analysis, naming it.
@@ -12,8 +18,58 @@ import pytest
 
 import dpsql
 from dpsql.budget import Budget
-from dpsql.errors import UnsupportedQueryError
+from dpsql.errors import ConfigError, UnsupportedQueryError
 from dpsql.testing import use_noise, zero_noise
+
+
+def _session() -> dpsql.Session:
+    # 300 people, each with one row in group 'a' and one in group 'b'
+    n = 300
+    t = pa.table({"uid": [i // 2 for i in range(2 * n)], "g": ["a", "b"] * n, "h": ["p", "q", "r"] * (2 * n // 3)})
+    s = dpsql.Session(budget=Budget(100.0, 1e-3))
+    s.register("t", t, privacy_unit="uid", max_groups_per_unit=2, columns={"g": {"domain": ["a", "b"]}})
+    use_noise(s, zero_noise())
+    return s
+
+
+def _counts(r: dpsql.Release) -> dict[object, int]:
+    return {d["g"]: d["n"] for d in r.to_pylist()}
+
+
+def test_rollup_lowers_the_caps_of_each_query_that_reads_them() -> None:
+    s = _session()
+    sql = "SELECT g, COUNT(*) AS n FROM t GROUP BY ROLLUP (g)"
+    assert _counts(s.query(sql, epsilon=1.0, delta=1e-5)) == {"a": 300, "b": 300, None: 600}  # negative control
+    # max_groups_per_unit goes to the grouped query, max_rows_per_unit to the grand total
+    r = s.query(sql, epsilon=1.0, delta=1e-5, options={"max_groups_per_unit": 1, "max_rows_per_unit": 1})
+    c = _counts(r)
+    assert c[None] == 300 and c["a"] + c["b"] == 300, c
+    r = s.query(sql, epsilon=1.0, delta=1e-5, options={"max_groups_per_unit": 1})
+    c = _counts(r)
+    assert c[None] == 600 and c["a"] + c["b"] == 300, c
+
+
+def test_union_all_passes_tau_to_its_sparse_histogram_only() -> None:
+    s = _session()
+    # each of p, q, r holds 200 people: a tau above suppresses them, the total is released whatever tau
+    sql = "SELECT h, COUNT(*) AS n FROM t GROUP BY h UNION ALL SELECT 'all', COUNT(*) FROM t"
+    assert s.query(sql, epsilon=1.0, delta=1e-5).table.num_rows == 4  # negative control
+    r = s.query(sql, epsilon=1.0, delta=1e-5, options={"tau": 250})
+    assert [d["h"] for d in r.to_pylist()] == ["all"]
+
+
+@pytest.mark.parametrize(("sql", "options", "match"), [
+    # no query of the request reads tau (public keys and a total) or max_rows_per_unit (GROUP BY queries only)
+    ("SELECT g, COUNT(*) AS n FROM t GROUP BY ROLLUP (g)", {"tau": 40}, r"tau"),
+    ("SELECT g, h, COUNT(*) AS n FROM t GROUP BY GROUPING SETS ((g), (h))", {"max_rows_per_unit": 1},
+     r"max_rows_per_unit"),
+])
+def test_an_option_no_query_reads_is_refused_for_free(sql: str, options: dict[str, object], match: str) -> None:
+    s = _session()
+    before = s.remaining()
+    with pytest.raises(ConfigError, match=match):
+        s.query(sql, epsilon=1.0, delta=1e-5, options=options)
+    assert s.remaining() == before and s.history().num_rows == 0
 
 
 @pytest.mark.parametrize("fmt", ["%Q", "%", "%Y-%", "%-a", "%E"])
