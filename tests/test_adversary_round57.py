@@ -105,3 +105,23 @@ def test_an_unknown_format_specifier_over_released_values_is_named(sql: str) -> 
     with pytest.raises(UnsupportedQueryError, match="format specifier"):
         s.explain(sql, epsilon=1.0)
     assert s.history().num_rows == 0
+
+
+@pytest.mark.parametrize(("queries", "named"), [
+    # a disjunction of ranges is no range: it was refused as a condition the workload does not 'share', with the hint
+    # 'split the workload by its other conditions', which names neither the condition nor what a range is
+    (["SELECT COUNT(*) FROM t WHERE age < 10 OR age > 90", "SELECT COUNT(*) FROM t WHERE age >= 95"],
+     "age < 10 OR age > 90"),
+    (["SELECT COUNT(*) FROM t WHERE age >= 95", "SELECT COUNT(*) FROM t WHERE age IN (1, 2, 50)"],
+     "age IN (1, 2, 50)"),
+    (["SELECT COUNT(*) FROM t WHERE g = 'x' AND age >= 95", "SELECT COUNT(*) FROM t WHERE age < 3"], "g = 'x'"),
+])
+def test_a_workload_condition_that_is_not_a_shared_range_is_named(queries: list[str], named: str) -> None:
+    n = 200
+    t = pa.table({"uid": list(range(n)), "age": [i % 100 for i in range(n)], "g": ["x", "y"] * (n // 2)})
+    s = dpsql.Session(budget=Budget(10.0, 1e-3))
+    s.register("t", t, privacy_unit="uid", max_rows_per_unit=1, columns={"age": {"bounds": (0, 100), "bins": 100}})
+    with pytest.raises(UnsupportedQueryError, match="same non-range WHERE") as e:
+        s.query_many(queries, epsilon=1.0)
+    assert named in str(e.value) and "BETWEEN" in str(e.value), str(e.value)
+    assert s.history().num_rows == 0
