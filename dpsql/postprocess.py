@@ -17,6 +17,7 @@ Two uses:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -25,7 +26,7 @@ import pyarrow as pa
 from sqlglot import exp
 from sqlglot.errors import ParseError
 
-from dpsql.errors import ExecutionError, QueryTypeError
+from dpsql.errors import ExecutionError, QueryTypeError, UnsupportedQueryError
 from dpsql.mechanisms.base import Released
 from dpsql.plan import ir, windows
 from dpsql.plan.typer import INTERVAL_FORM, guarded_shift, interval_parts, parse_type
@@ -435,6 +436,20 @@ def _check_on_keys(backend: _Runs, plan: ir.QueryPlan, aggregate_types: dict[str
             "the query's outputs, HAVING or ORDER BY cannot be evaluated on the declared key values; nothing was charged",
             hint="check casts and arithmetic over the GROUP BY keys (e.g. CAST(key AS INTEGER) on text keys)",
         ) from None
+    if plan.key_filter is not None and plan.aggregates:
+        # the release lists the declared keys the WHERE's conditions on them keep: when they keep none, it has no row
+        # whatever the data, and would be charged for nothing (as DAWA's histogram whose WHERE keeps no bin, LIMIT 0)
+        only = dataclasses.replace(plan, having=plan.key_filter, order=[], qualify=None, limit=None, offset=None)
+        kept = backend.post_process(pa.table(values), lambda rel: post_ast(only, exp.to_table(rel), []))
+        if kept.num_rows == 0:
+            domains = "; ".join(f"{k.sql}: {', '.join(repr(v) if isinstance(v, str) else str(v) for v in (k.domain or ())[:5])}"
+                                + (", ..." if len(k.domain or ()) > 5 else "") for k in plan.keys)
+            raise UnsupportedQueryError(
+                f"the WHERE's conditions on the GROUP BY keys exclude every declared key ({domains}), so the release "
+                "would have no row whatever the data, and be charged for nothing; nothing was charged",
+                hint="check the conditions against the declared domains (explain lists the keys); a row whose key is "
+                "not declared is in no group: group by an expression of the column, e.g. COALESCE(c, 'none'), to "
+                "count such rows (the sparse histogram answers it)")
 
 
 def _in_key_order(table: pa.Table, keys: list[str]) -> pa.Table:

@@ -125,3 +125,27 @@ def test_a_workload_condition_that_is_not_a_shared_range_is_named(queries: list[
         s.query_many(queries, epsilon=1.0)
     assert named in str(e.value) and "BETWEEN" in str(e.value), str(e.value)
     assert s.history().num_rows == 0
+
+
+@pytest.mark.parametrize("where", ["c IS NULL", "c NOT IN ('a', NULL)", "c = 'q'", "c = 'a' AND c = 'b'",
+                                   "upper(c) = 'a'"])
+def test_declared_keys_that_the_where_excludes_all_are_refused_for_free(where: str) -> None:
+    """The WHERE's conditions on declared keys filter the released keys; when they exclude every declared key the
+    release has no row whatever the data: it was charged (epsilon 1 for an empty table), where DAWA's histogram whose
+    WHERE keeps no bin, and LIMIT 0, are refused for free."""
+    n = 300
+    t = pa.table({"uid": list(range(n)), "c": ["a", "b", None] * (n // 3), "x": list(range(n))})
+    s = dpsql.Session(budget=Budget(10.0, 1e-3))
+    use_noise(s, zero_noise())
+    s.register("t", t, privacy_unit="uid", columns={"c": {"domain": ["a", "b", "c"]}})
+    before = s.remaining()
+    for sql in (f"SELECT c, COUNT(*) AS n FROM t WHERE {where} GROUP BY c",
+                f"SELECT c, COUNT(*) AS n FROM t WHERE {where} GROUP BY ROLLUP (c)"):
+        with pytest.raises(UnsupportedQueryError, match="excludes? every declared key"):
+            s.query(sql, epsilon=1.0, delta=1e-5)
+    assert s.remaining() == before and s.history().num_rows == 0
+    # negative controls: a condition keeping a declared key, or reading another column, is answered
+    assert s.query(f"SELECT c, COUNT(*) AS n FROM t WHERE {where} OR c = 'b' GROUP BY c", epsilon=1.0,
+                   delta=1e-5).table.column("c").to_pylist() == ["b"]
+    assert s.query(f"SELECT c, COUNT(*) AS n FROM t WHERE {where} OR x > 1000 GROUP BY c", epsilon=1.0,
+                   delta=1e-5).table.num_rows == 3
