@@ -177,3 +177,13 @@ def test_log2_and_log10_outputs_are_not_named_with_the_base_spliced_in(expr: str
     s.register("t", t, privacy_unit="uid")
     name = s.query(f"SELECT {expr} FROM t", epsilon=1.0, delta=1e-5).table.column_names[0]
     assert name.lower() not in ("log2(2, count(*))", "log10(10, count(*))"), name  # were so named
+
+
+@pytest.mark.parametrize("v", [float("nan"), float("inf"), -float("inf")])
+def test_a_non_finite_domain_value_is_refused_as_such(v: object) -> None:
+    """A NaN or infinite domain value of a DOUBLE column was refused as 'not a DOUBLE value' (it is one)."""
+    t = pa.table({"uid": [1, 2], "f": [0.5, float("nan")]})
+    s = dpsql.Session(budget=Budget(10.0, 1e-3))
+    with pytest.raises(ConfigError, match="not a finite number") as e:
+        s.register("t", t, privacy_unit="uid", columns={"f": {"domain": [0.5, v]}})
+    assert "not a DOUBLE value" not in str(e.value)

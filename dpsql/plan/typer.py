@@ -64,6 +64,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import math
 import re
 import struct
 from collections.abc import Callable
@@ -2837,6 +2838,10 @@ def _domain_value(v: Any, t: SqlType, where: str) -> Any:
                     return d.quantize(decimal.Decimal(1).scaleb(-t.scale))
         raise bad
     if k == "float":
+        if isinstance(v, float) and not math.isfinite(v):
+            raise ValueError(f"domain value {v!r} of {where} is not a finite number: a declared domain lists finite "
+                             "values (a row holding NaN or an infinity is in no group; to count such rows, group by an "
+                             "expression of the column, e.g. CAST(col AS VARCHAR), which the sparse histogram answers)")
         if isinstance(v, (int, float)) and float(v) == float(v) and abs(float(v)) != float("inf"):
             f = float(v) + 0.0
             if t.name == "FLOAT":
