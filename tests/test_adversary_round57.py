@@ -187,3 +187,34 @@ def test_a_non_finite_domain_value_is_refused_as_such(v: object) -> None:
     with pytest.raises(ConfigError, match="not a finite number") as e:
         s.register("t", t, privacy_unit="uid", columns={"f": {"domain": [0.5, v]}})
     assert "not a DOUBLE value" not in str(e.value)
+
+
+def test_a_having_on_declared_keys_alone_that_keeps_none_is_refused_for_free() -> None:
+    n = 300
+    t = pa.table({"uid": list(range(n)), "c": ["a", "b", None] * (n // 3)})
+    s = dpsql.Session(budget=Budget(10.0, 1e-3))
+    use_noise(s, zero_noise())
+    s.register("t", t, privacy_unit="uid", columns={"c": {"domain": ["a", "b", "c"]}})
+    before = s.remaining()
+    for sql in ("SELECT c, COUNT(*) AS n FROM t WHERE c = 'a' GROUP BY c HAVING c = 'b'",
+                "SELECT c, upper(c) AS u, COUNT(*) AS n FROM t GROUP BY c HAVING u = 'Q' AND n > 0"):
+        with pytest.raises(UnsupportedQueryError, match="exclude every declared key"):
+            s.query(sql, epsilon=1.0, delta=1e-5)
+    assert s.remaining() == before and s.history().num_rows == 0
+    # negative controls: a HAVING keeping a key, and one on the (noisy) counts, empty or not, are answered
+    r = s.query("SELECT c, COUNT(*) AS n FROM t GROUP BY c HAVING c = 'b'", epsilon=1.0, delta=1e-5)
+    assert r.table.column("c").to_pylist() == ["b"]
+    r = s.query("SELECT c, COUNT(*) AS n FROM t GROUP BY c HAVING n > 1000000 OR c = 'q'", epsilon=1.0, delta=1e-5)
+    assert r.table.num_rows == 0
+
+
+def test_a_where_and_a_having_on_declared_keys_that_together_keep_none_are_refused() -> None:
+    n = 300
+    t = pa.table({"uid": list(range(n)), "c": ["a", "b", None] * (n // 3), "x": list(range(n))})
+    s = dpsql.Session(budget=Budget(10.0, 1e-3))
+    use_noise(s, zero_noise())
+    s.register("t", t, privacy_unit="uid", columns={"c": {"domain": ["a", "b", "c"]}})
+    with pytest.raises(UnsupportedQueryError, match="exclude every declared key"):
+        s.query("SELECT c, COUNT(*) AS n FROM t WHERE c <> 'a' AND x >= 0 GROUP BY c HAVING (c = 'a' AND n >= 0)",
+                epsilon=1.0, delta=1e-5)
+    assert s.history().num_rows == 0

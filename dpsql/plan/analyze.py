@@ -1222,7 +1222,6 @@ class _Builder:
             limit=limit,
             offset=offset,
             qualify=qualify,
-            key_filter=key_filter,
         )
 
     def _several_paths(self, stmt: exp.Select) -> bool:

@@ -214,9 +214,6 @@ class QueryPlan:
     limit: int | None = None
     offset: int | None = None
     join: JoinPlan | None = None  # a join query (or a table with several paths to people)
-    #: the WHERE's conditions on declared keys alone, over the released key columns (a part of ``having``): they
-    #: filter the declared keys, which the release lists (``dpsql.postprocess`` refuses a filter keeping none)
-    key_filter: exp.Expression | None = None
 
     @property
     def is_grouped(self) -> bool:

@@ -843,7 +843,7 @@ class _JoinBuilder:
         for o in order:  # ORDER BY a key or an aggregate: over the released values (output names stay as they are)
             if not (isinstance(o.this, exp.Column) and not o.this.table and o.this.name.lower() in names):
                 o.set("this", self.released_expr(o.this, "ORDER BY", swap, by_alias))
-        having = key_filter = self.key_only_where(where_flat)
+        having = self.key_only_where(where_flat)
         if having_node is not None:
             post_having = self.released_expr(having_node, "HAVING", swap, by_alias)
             having = post_having if having is None else exp.and_(exp.Paren(this=having), exp.Paren(this=post_having))
@@ -851,7 +851,7 @@ class _JoinBuilder:
         _raise(self.vs)
         keys = [ir.GroupKey(k.expr, k.name, k.sql, k.domain) for k in self.keys]
         return ir.QueryPlan(sql=sql, table=first, where=None, keys=keys, aggregates=aggregates, outputs=outputs,
-                            having=having, order=order, limit=lim, offset=off, join=join_plan, key_filter=key_filter)
+                            having=having, order=order, limit=lim, offset=off, join=join_plan)
 
     def one_table_only(self, stmt: exp.Select, where_flat: exp.Expression | None,
                        conditions: list[tuple[str, str]]) -> ir.QueryPlan:
