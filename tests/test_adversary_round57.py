@@ -218,3 +218,15 @@ def test_a_where_and_a_having_on_declared_keys_that_together_keep_none_are_refus
         s.query("SELECT c, COUNT(*) AS n FROM t WHERE c <> 'a' AND x >= 0 GROUP BY c HAVING (c = 'a' AND n >= 0)",
                 epsilon=1.0, delta=1e-5)
     assert s.history().num_rows == 0
+
+
+def test_integer_division_of_a_uhugeint_and_a_signed_integer_names_the_cast() -> None:
+    """Both are integers: the refusal said '// takes integers; use floor(a / b)'."""
+    t = pa.table({"uid": [1, 2], "x": [1, 2]})
+    s = dpsql.Session(budget=Budget(10.0, 1e-3))
+    s.register("t", t, privacy_unit="uid")
+    with pytest.raises(UnsupportedQueryError, match="no integer type holds both") as e:
+        s.explain("SELECT COUNT(*) FROM t WHERE CAST(x AS UHUGEINT) // CAST(x AS HUGEINT) > 0", epsilon=1.0)
+    assert "takes integers" not in str(e.value)
+    with pytest.raises(UnsupportedQueryError, match="takes integers"):  # control: a DOUBLE operand
+        s.explain("SELECT COUNT(*) FROM t WHERE CAST(x AS DOUBLE) // 2 > 0", epsilon=1.0)

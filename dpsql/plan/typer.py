@@ -1069,6 +1069,9 @@ class Typer:
             if typ.kind == "decimal":
                 typ = DOUBLE
             if typ.kind == "float" and isinstance(node, exp.IntDiv):
+                if a.type.kind == b.type.kind == "int":  # a UHUGEINT with a signed integer: DuckDB's common type is DOUBLE
+                    raise self.refuse(node, f"// of {a.type} and {b.type}: no integer type holds both; cast one, e.g. "
+                                            "CAST(a AS HUGEINT) // b (a value that does not fit is then NULL)")
                 raise self.refuse(node, "// takes integers; use floor(a / b)")
             cls = type(node)
             if typ.kind != "int":
