@@ -505,11 +505,14 @@ def _routes(session: Any, g: Composite, epsilon: Any, delta: Any, options: Any) 
 
 def _of_query(x: ConfigError, g: Composite, i: int, n: int, sql: str, e: float, dd: float,
               opts: dict[str, Any]) -> ConfigError:
-    """A refusal of one of the queries (not of an option's value, which keeps its form), said of that query and share."""
+    """A refusal of one of the queries, said of that query and share (after an option's refusal, which keeps its form:
+    the epsilon and delta it names are that query's share)."""
+    where = f"query {i + 1} of {n} of the {g.kind} ({sql}), at its share epsilon={e:g}, delta={dd:g} of the budget asked"
     if not any(x.message.startswith((f"{k} ", f"{k}=")) for k in opts):
-        x.message = (f"query {i + 1} of {n} of the {g.kind} ({sql}), at its share epsilon={e:g}, "
-                     f"delta={dd:g} of the budget asked: {x.message}")
-        x.args = (x._render(),)
+        x.message = f"{where}: {x.message}"
+    elif not x.inapplicable:
+        x.message = f"{x.message} ({where})"
+    x.args = (x._render(),)
     return x
 
 

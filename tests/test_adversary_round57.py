@@ -230,3 +230,14 @@ def test_integer_division_of_a_uhugeint_and_a_signed_integer_names_the_cast() ->
     assert "takes integers" not in str(e.value)
     with pytest.raises(UnsupportedQueryError, match="takes integers"):  # control: a DOUBLE operand
         s.explain("SELECT COUNT(*) FROM t WHERE CAST(x AS DOUBLE) // 2 > 0", epsilon=1.0)
+
+
+def test_an_option_value_refused_by_one_query_of_a_rollup_says_which_query_and_share() -> None:
+    """sigma=3 on a ROLLUP was refused as 'too small for (epsilon=0.5, delta=4.9999999999999996e-06)', values the
+    analyst never asked for (the query's share), without naming the query."""
+    s = _session()
+    with pytest.raises(ConfigError) as e:
+        s.explain("SELECT h, COUNT(*) AS n FROM t GROUP BY ROLLUP (h)", epsilon=1.0, delta=1e-5, options={"sigma": 3.0})
+    msg = str(e.value)
+    assert msg.startswith("sigma=3.0 is too small"), msg  # an option's refusal keeps its form
+    assert "query 1 of 2 of the GROUP BY ROLLUP" in msg and "share epsilon=0.5, delta=5e-06" in msg, msg
