@@ -132,6 +132,10 @@ class ConfigError(DPSQLError, ValueError):
 
     exit_code = 2
 
+    #: the query options refused because the query does not read them (a request of several queries, such as a
+    #: ROLLUP, passes each option to the queries that read it: ``dpsql.groupings``)
+    inapplicable: frozenset[str] = frozenset()
+
 
 class InputUnavailableError(ConfigError):
     """An input file is missing or cannot be read (not there yet, permission denied, replaced or removed while the

@@ -470,21 +470,50 @@ def _routes(session: Any, g: Composite, epsilon: Any, delta: Any, options: Any) 
     eps, d, opts = check_epsilon(epsilon), check_delta(delta), check_options(options)
     weights = _weights(g, opts)
     n, routes = len(g.components), []
+    read: set[str] = set()  # the options some query reads
+    unread: dict[str, ConfigError] = {}  # an option a query does not read: that query's refusal of it (the first)
     for i, (sql, e, dd) in enumerate(zip(g.components, _shares(eps, weights), _shares(d, weights), strict=True)):
         if e == 0 or (dd == 0 and d > 0):
             raise ConfigError(f"grouping_weights give query {i + 1} of {n} of the {g.kind} ({sql}) a share of "
                               f"{'epsilon' if e == 0 else 'delta'} that rounds to 0", hint="give weights that are "
                               "closer to each other (explain shows each query's share)")
+        own = dict(opts)
         with _naming(g, i, n, sql):
-            try:
-                routes.append(session._route(sql, e, dd, opts))
-            except ConfigError as x:  # e.g. its share too small to calibrate: said of that query and share
-                if not any(x.message.startswith((f"{k} ", f"{k}=")) for k in opts):  # an option's refusal keeps its form
-                    x.message = (f"query {i + 1} of {n} of the {g.kind} ({sql}), at its share epsilon={e:g}, "
-                                 f"delta={dd:g} of the budget asked: {x.message}")
-                    x.args = (x._render(),)
-                raise
+            while True:
+                try:
+                    routes.append(session._route(sql, e, dd, own))
+                    break
+                except ConfigError as refusal:  # e.g. its share too small to calibrate: said of that query and share
+                    x = _of_query(refusal, g, i, n, sql, e, dd, opts)
+                    # each option goes to the queries that read it (tau to a ROLLUP's sparse histograms, not to its
+                    # total; max_groups_per_unit to its GROUP BY queries, max_rows_per_unit to the total)
+                    if not x.inapplicable or not x.inapplicable <= set(own) - {"mechanism"}:
+                        raise
+                    for k in x.inapplicable:
+                        unread.setdefault(k, x)
+                        del own[k]
+        read |= set(own)
+    for k in opts:
+        if k not in read:  # no query reads it: refused, as for one query, by the first query's refusal
+            x = unread[k]
+            x.message += (f" (nor does any other query of the {g.kind}: each option goes to the queries that read it, "
+                          f"and no query reads {k})")
+            x.args = (x._render(),)
+            raise x
     return routes, weights
+
+
+def _of_query(x: ConfigError, g: Composite, i: int, n: int, sql: str, e: float, dd: float,
+              opts: dict[str, Any]) -> ConfigError:
+    """A refusal of one of the queries, said of that query and share (after an option's refusal, which keeps its form:
+    the epsilon and delta it names are that query's share)."""
+    where = f"query {i + 1} of {n} of the {g.kind} ({sql}), at its share epsilon={e:g}, delta={dd:g} of the budget asked"
+    if not any(x.message.startswith((f"{k} ", f"{k}=")) for k in opts):
+        x.message = f"{where}: {x.message}"
+    elif not x.inapplicable:
+        x.message = f"{x.message} ({where})"
+    x.args = (x._render(),)
+    return x
 
 
 def _checked(session: Any, g: Composite, routes: list[Any], salted: bool) -> list[Any]:

@@ -17,6 +17,7 @@ Two uses:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -25,7 +26,7 @@ import pyarrow as pa
 from sqlglot import exp
 from sqlglot.errors import ParseError
 
-from dpsql.errors import ExecutionError, QueryTypeError
+from dpsql.errors import ExecutionError, QueryTypeError, UnsupportedQueryError
 from dpsql.mechanisms.base import Released
 from dpsql.plan import ir, windows
 from dpsql.plan.typer import INTERVAL_FORM, guarded_shift, interval_parts, parse_type
@@ -435,6 +436,40 @@ def _check_on_keys(backend: _Runs, plan: ir.QueryPlan, aggregate_types: dict[str
             "the query's outputs, HAVING or ORDER BY cannot be evaluated on the declared key values; nothing was charged",
             hint="check casts and arithmetic over the GROUP BY keys (e.g. CAST(key AS INTEGER) on text keys)",
         ) from None
+    on_keys = _keys_only(plan)
+    if on_keys is not None and plan.aggregates:
+        # the release lists the declared keys the WHERE's conditions on them (and HAVING's on the keys alone) keep:
+        # when they keep none, it has no row whatever the data, and would be charged for nothing (as DAWA's histogram
+        # whose WHERE keeps no bin, LIMIT 0)
+        only = dataclasses.replace(plan, having=on_keys, order=[], qualify=None, limit=None, offset=None)
+        kept = backend.post_process(pa.table(values), lambda rel: post_ast(only, exp.to_table(rel), []))
+        if kept.num_rows == 0:
+            domains = "; ".join(f"{k.sql}: {', '.join(repr(v) if isinstance(v, str) else str(v) for v in (k.domain or ())[:5])}"
+                                + (", ..." if len(k.domain or ()) > 5 else "") for k in plan.keys)
+            raise UnsupportedQueryError(
+                f"the conditions on the GROUP BY keys (in WHERE, or in HAVING alone) exclude every declared key ({domains}), so the release "
+                "would have no row whatever the data, and be charged for nothing; nothing was charged",
+                hint="check the conditions against the declared domains (explain lists the keys); a row whose key is "
+                "not declared is in no group: group by an expression of the column, e.g. COALESCE(c, 'none'), to "
+                "count such rows (the sparse histogram answers it)")
+
+
+def _keys_only(plan: ir.QueryPlan) -> exp.Expression | None:
+    """The conjuncts of the HAVING (the WHERE's conditions on declared keys included, which the analysis moves there) that read
+    the released keys alone, no aggregate nor window: whether a declared key passes them is public."""
+    keys = {k.name for k in plan.keys}
+
+    def conjuncts(e: exp.Expression | None) -> list[exp.Expression]:
+        while isinstance(e, exp.Paren):
+            e = e.this
+        if isinstance(e, exp.And):
+            return conjuncts(e.this) + conjuncts(e.expression)
+        return [] if e is None else [e]
+
+    conj = conjuncts(plan.having)
+    kept = [c for c in conj if (cols := list(c.find_all(exp.Column))) and all(x.name in keys for x in cols)
+            and not any(isinstance(n, (exp.Window, exp.AggFunc)) for n in c.walk())]
+    return exp.and_(*[c.copy() for c in kept]) if kept else None
 
 
 def _in_key_order(table: pa.Table, keys: list[str]) -> pa.Table:

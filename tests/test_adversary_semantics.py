@@ -204,7 +204,8 @@ DOMAIN = {**BOUNDS, "g": {"domain": ["a", "b", "c"]}}
 @pytest.mark.parametrize("sql", [
     "SELECT g, COUNT(*) AS n FROM t WHERE g <> 'a' GROUP BY g",
     "SELECT g, COUNT(*) AS n, SUM(y) AS s FROM t WHERE g IN ('a', 'c') AND y > 14 GROUP BY g",
-    "SELECT g, COUNT(*) AS n FROM t WHERE g = 'zz' GROUP BY g",
+    # (WHERE g = 'zz', which excludes every declared key, releases no row whatever the data: refused for free,
+    # tests/test_adversary_round57.py)
 ])
 def test_public_domain_keys_excluded_by_the_where_are_not_released(sql: str) -> None:
     t = _table()

@@ -23,7 +23,8 @@ from dpsql.budget import Budget
 @pytest.mark.parametrize(
     ("sql", "delta", "cls"),
     [
-        ("SELECT COUNT(*) AS n FROM t WHERE try_strptime(s, '%s') IS NULL", 0.0, errors.QueryTypeError),
+        # a format specifier DuckDB does not know is named at analysis (it was a type error from the backend's binder)
+        ("SELECT COUNT(*) AS n FROM t WHERE try_strptime(s, '%s') IS NULL", 0.0, errors.UnsupportedQueryError),
         # an unknown ORDER BY column is named at analysis (it was a type error from the backend's binder)
         ("SELECT s, COUNT(*) AS n FROM t GROUP BY s ORDER BY nope", 1e-6, errors.UnsupportedQueryError),
         # (LIMIT 99999999999999999999999 keeps every row: tests/test_adversary_sparse_post.py)

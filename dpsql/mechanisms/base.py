@@ -221,18 +221,22 @@ def contribution(table: TableSpec, options: Mapping[str, Any], *, grouped: bool 
     if not grouped:
         for key in ("max_groups_per_unit", "max_rows_per_group"):
             if key in options:
-                raise ConfigError(
+                err = ConfigError(
                     f"option {key} applies to GROUP BY queries: an ungrouped aggregate keeps at most max_rows_per_unit "
                     "rows per person",
                     hint="use the option max_rows_per_unit instead",
                 )
+                err.inapplicable = frozenset(k for k in ("max_groups_per_unit", "max_rows_per_group") if k in options)
+                raise err
         return Caps(1, lowered_cap(table, options, "max_rows_per_unit"))
     if "max_rows_per_unit" in options and table.max_rows_per_unit is None:
-        raise ConfigError(
+        err = ConfigError(
             "option max_rows_per_unit applies to ungrouped aggregates and range workloads: a GROUP BY keeps "
             "max_rows_per_group rows per person in each of at most max_groups_per_unit groups",
             hint="use the options max_rows_per_group and max_groups_per_unit",
         )
+        err.inapplicable = frozenset({"max_rows_per_unit"})
+        raise err
     unit_cap = lowered_cap(table, options, "max_rows_per_unit") if table.max_rows_per_unit is not None else math.inf
     return Caps(lowered_cap(table, options, "max_groups_per_unit"), lowered_cap(table, options, "max_rows_per_group"),
                 unit_cap)

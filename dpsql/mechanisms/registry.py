@@ -370,10 +370,12 @@ def _check_applicable(mechanism: Mechanism, options: Mapping[str, Any]) -> None:
         raise ConfigError("option grouping_weights applies to a request of several queries only (GROUP BY ROLLUP, "
                           "CUBE or GROUPING SETS, or a UNION ALL); this query is one", hint="drop grouping_weights")
     if bad:
-        raise ConfigError(
+        err = ConfigError(
             f"option(s) {bad} do not apply to the {mechanism.name} mechanism",
             hint=f"the {mechanism.name} mechanism takes: {', '.join(sorted(mechanism.options | UNIVERSAL))}",
         )
+        err.inapplicable = frozenset(bad)
+        raise err
 
 
 def _unit(table: TableSpec, catalog: Mapping[str, TableSpec]) -> str:

@@ -193,6 +193,12 @@ def written_name(
     rendered = rendered.split("(", 1)[0]
     # a call rendered as another form (date_add(d, 3) is d + INTERVAL 3 DAY) is quoted as rendered, not spliced
     if "(" in rest and name and name.replace("_", "").isalnum() and name != rendered and rendered.replace("_", "").isalnum():
+        first = node.this if isinstance(node.this, exp.Expression) else None
+        if first is not None and position(first, sql) == (line, col):
+            # written where its first operand is (COUNT(*)::DOUBLE, COUNT(*) ^ 2): the call there is the operand's
+            return ""
+        if isinstance(node, exp.Log) and name.lower() in ("log2", "log10"):
+            return ""  # rendered LOG(2, x): its arguments are not log2's (spliced, 'log2(2, x)')
         return name
     return ""
 

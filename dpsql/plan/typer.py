@@ -64,6 +64,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import math
 import re
 import struct
 from collections.abc import Callable
@@ -332,10 +333,12 @@ ALLOW_LIST: tuple[FuncSpec, ...] = (
              "English names ('Monday', 'January'), as DuckDB's; computed from date_part (NULL where it is)"),
     FuncSpec("make_date", "integer, integer, integer -> DATE", "total",
              "NULL unless (year, month, day) is a valid date of years 1..9999 (DuckDB would fail on 2023-02-29)"),
-    FuncSpec("strftime", "DATE/TIMESTAMP, format literal -> VARCHAR", "total", "as date_part"),
+    FuncSpec("strftime", "DATE/TIMESTAMP, format literal -> VARCHAR", "total",
+             "as date_part; a format specifier DuckDB does not know (%Q, %-a, a trailing %) is refused, naming it"),
     FuncSpec("strptime, try_strptime", "VARCHAR, format literal -> TIMESTAMP", "total",
              "rendered try_strptime: text that does not parse is NULL; input capped; a format with %n (nanoseconds, "
-             "a TIMESTAMP_NS in DuckDB) is read as TIMESTAMP; %z and %Z (a TIMESTAMP WITH TIME ZONE) are refused"),
+             "a TIMESTAMP_NS in DuckDB) is read as TIMESTAMP; %z and %Z (a TIMESTAMP WITH TIME ZONE) are refused, and so "
+             "is a format specifier DuckDB does not know, as for strftime"),
     FuncSpec("+, - (INTERVAL)", "DATE/TIMESTAMP, INTERVAL n unit -> TIMESTAMP", "total",
              "on a literal (`TIMESTAMP '2024-06-01' - INTERVAL 30 DAY`) folded by dpsql before the query runs as DuckDB "
              "would (months clamp to the month's end; a result outside years 1..9999 is refused); on a column "
@@ -1066,6 +1069,9 @@ class Typer:
             if typ.kind == "decimal":
                 typ = DOUBLE
             if typ.kind == "float" and isinstance(node, exp.IntDiv):
+                if a.type.kind == b.type.kind == "int":  # a UHUGEINT with a signed integer: DuckDB's common type is DOUBLE
+                    raise self.refuse(node, f"// of {a.type} and {b.type}: no integer type holds both; cast one, e.g. "
+                                            "CAST(a AS HUGEINT) // b (a value that does not fit is then NULL)")
                 raise self.refuse(node, "// takes integers; use floor(a / b)")
             cls = type(node)
             if typ.kind != "int":
@@ -1899,6 +1905,36 @@ def _part_fn(part: str) -> Callable[[Typer, exp.Expression], Typed]:
     return typed
 
 
+#: the conversions DuckDB's strftime and strptime know (``%-d``: without padding, for the letters of FORMAT_UNPADDED);
+#: any other makes DuckDB's binder refuse the query, which said only that it did not type-check
+FORMAT_LETTERS = frozenset("aAbBcdfgGhHIjmMnpSTuUVwWxXyYzZ%")
+FORMAT_UNPADDED = frozenset("djmyHIMS")
+
+
+def format_problem(f: str, fname: str) -> str | None:
+    """Why the format ``f`` of ``fname`` (strftime, strptime) is refused: a format specifier DuckDB does not know
+    (``%Q``, ``%-a``, a trailing ``%``); None if it has none."""
+    i = 0
+    while i < len(f):
+        if f[i] != "%":
+            i += 1
+            continue
+        j = i + 2 if f[i + 1:i + 2] == "-" else i + 1
+        c = f[j:j + 1]
+        if not c or c not in (FORMAT_UNPADDED if j == i + 2 else FORMAT_LETTERS):
+            return (f"the format of {fname}() has the format specifier {f[i:j + 1]!r}, which DuckDB does not know; "
+                    "use %Y, %m, %d, %H, %M, %S, %f, %j, %a, %b, ... ('%%' for a percent sign; '%-d' and the like "
+                    "without padding, for d, j, m, y, H, I, M and S)")
+        i = j + 1
+    return None
+
+
+def _check_format(ty: Typer, node: exp.Expression, f: str, fname: str) -> None:
+    msg = format_problem(f, fname)
+    if msg is not None:
+        raise ty.refuse(node, msg)
+
+
 def _strftime(ty: Typer, node: exp.Expression) -> Typed:
     fmt = node.args.get("format")
     if fmt is None:
@@ -1906,6 +1942,7 @@ def _strftime(ty: Typer, node: exp.Expression) -> Typed:
     f = ty.text_literal(fmt, "the format of strftime()")
     if len(f) > MAX_PATTERN:
         raise ty.refuse(node, f"the format of strftime() may have at most {MAX_PATTERN} characters")
+    _check_format(ty, node, f, "strftime")
     arg = _temporal(ty, node, node.this)
     return Typed(exp.Anonymous(this="strftime", expressions=[arg, exp.Literal.string(f)]), VARCHAR)
 
@@ -1917,6 +1954,7 @@ def _strptime(ty: Typer, node: exp.Expression) -> Typed:
     f = ty.text_literal(fmt, "the format of strptime()")
     if len(f) > MAX_PATTERN:
         raise ty.refuse(node, f"the format of strptime() may have at most {MAX_PATTERN} characters")
+    _check_format(ty, node, f, "strptime")
     specs = _format_specifiers(f)
     if specs & {"z", "Z"}:
         # DuckDB's result is then a TIMESTAMP WITH TIME ZONE, whose comparisons, date parts and
@@ -2194,6 +2232,11 @@ def node_problem(sub: exp.Expression, *, post: bool = False) -> str | None:
 
     ``post=False``: expressions over private rows (``ALLOW_LIST``); ``post=True``: expressions
     over released values (``ALLOW_LIST`` plus ``POST_ALLOW_LIST``)."""
+    fmt = sub.args.get("format") if isinstance(sub, (exp.TimeToStr, exp.StrToTime)) else None
+    if isinstance(fmt, exp.Literal) and fmt.is_string:  # (over private rows the typer checks it again)
+        msg = format_problem(str(fmt.this), "strftime" if isinstance(sub, exp.TimeToStr) else "strptime")
+        if msg is not None:
+            return msg
     if isinstance(sub, (exp.Cast, exp.TryCast)) and isinstance(sub.args.get("to"), exp.DataType):
         target = parse_type(sub.args["to"].sql(dialect="duckdb"))
         if target.kind not in Typer._CAST_TARGETS or target.enum:
@@ -2798,6 +2841,10 @@ def _domain_value(v: Any, t: SqlType, where: str) -> Any:
                     return d.quantize(decimal.Decimal(1).scaleb(-t.scale))
         raise bad
     if k == "float":
+        if isinstance(v, float) and not math.isfinite(v):
+            raise ValueError(f"domain value {v!r} of {where} is not a finite number: a declared domain lists finite "
+                             "values (a row holding NaN or an infinity is in no group; to count such rows, group by an "
+                             "expression of the column, e.g. CAST(col AS VARCHAR), which the sparse histogram answers)")
         if isinstance(v, (int, float)) and float(v) == float(v) and abs(float(v)) != float("inf"):
             f = float(v) + 0.0
             if t.name == "FLOAT":

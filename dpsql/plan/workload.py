@@ -420,7 +420,8 @@ def analyze_workload(
     base_expr: exp.Expression | None = None
     per_query: list[dict[str, list[tuple[str, Any]]]] = []
     used: list[str] = []
-    for s, p in zip(sqls, plans):
+    first: list[exp.Expression] = []  # the other conditions of query 1, as written
+    for qi, (s, p) in enumerate(zip(sqls, plans), 1):
         if p.table.name != table.name:
             raise UnsupportedQueryError("all queries of a workload must read the same table",
                                         hint="answer each table's range counts as a workload of its own")
@@ -443,12 +444,19 @@ def analyze_workload(
                     used.append(col)
         keys = {_exact(b) for b in base}
         if base_keys is None:
-            base_keys = keys
+            base_keys, first = keys, base
             base_expr = _and(base)
         elif keys != base_keys:
+            # name one condition that is in one of the two queries only
+            odd = [(qi, b) for b in base if _exact(b) not in base_keys] + [(1, b) for b in first if _exact(b) not in keys]
+            at, cond = odd[0]
             raise UnsupportedQueryError(
-                "all queries of a workload must share the same non-range WHERE conditions",
-                hint="split the workload by its other conditions",
+                f"all queries of a workload must share the same non-range WHERE conditions: query {at} of "
+                f"{len(sqls)} has the condition {cond.sql(dialect=DIALECT)}, which is no range and which query "
+                f"{qi if at == 1 else 1} does not have",
+                hint=f"a range is a comparison of a column with a declared ordered domain ({', '.join(sorted(ordered))}) "
+                     "with a literal (<, <=, >, >=, =) or a BETWEEN, ANDed with the others; write a disjunction, IN or "
+                     "<> as several queries of ranges, or split the workload by its other conditions",
             )
         per_query.append(rng)
     if not used:
