@@ -108,6 +108,12 @@ SQL_CONF = {
     # generated SQL, and double-quoted identifiers would change what a quoted literal means
     "spark.sql.ansi.enforceReservedKeywords": "false",
     "spark.sql.ansi.doubleQuotedIdentifiers": "false",
+    # the text of dpsql's SQL is read as written: Spark substituted ``${name}``, ``${system:name}`` and
+    # ``${env:name}`` in it (on by default), so a text literal of the analyst's or a declared key became a
+    # Spark setting, a system property or an environment variable of the driver; and a caller's session with
+    # Spark 1.6's literals (``escapedStringLiterals``) read the backslashes of the rendered literals otherwise
+    "spark.sql.variable.substitute": "false",
+    "spark.sql.parser.escapedStringLiterals": "false",
     "spark.sql.parquet.inferTimestampNTZ.enabled": "true",
     # DECIMAL arithmetic keeps its operands' scale (never rounds a value to fit 38 digits): the
     # exact negation of a wide DECIMAL (``spark_ops._decimal_sign_lowered``) relies on it

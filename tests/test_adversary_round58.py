@@ -1,0 +1,104 @@
+"""The Spark engine under its caller's settings and Spark's own SQL parsing: a query gives the release DuckDB gives
+(zero noise, the portable keyed hash) whatever the caller's SparkSession was started with, and nothing outside the
+registered data (the driver's environment, system properties, Spark settings) reaches a release.
+
+One caller's SparkSession, started with options a data owner may have in ``spark-defaults.conf``, and one dpsql
+Session on it (its ``newSession()`` inherits those options) are shared by the module. Skipped (with the reason)
+without pyspark/Java.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from _spark import require_spark
+
+import dpsql
+from dpsql.testing import use_noise, zero_noise
+
+require_spark()
+
+#: options of the caller's session (inherited by ``newSession()``) that change how Spark reads SQL text
+CALLER_OPTIONS = {"spark.sql.parser.escapedStringLiterals": "true"}
+#: the texts the driver substitutes for the variables ('UTC', 'leak') are held by twice as many people
+TEXTS = ["UTC", "UTC", "${spark.sql.session.timeZone}", "leak", "leak", "${system:dpsql.round58}", "a\\b", "a\\\\b",
+         "o'x", "x"]
+N = 30  # people per entry of TEXTS
+
+
+def _table() -> pa.Table:
+    txt = [TEXTS[i % len(TEXTS)] for i in range(N * len(TEXTS))]
+    return pa.table({"uid": pa.array(range(len(txt)), pa.int64()), "txt": pa.array(txt, pa.string()),
+                     "cat": pa.array(["p", "q"] * (len(txt) // 2), pa.string())})
+
+
+def _register(s: dpsql.Session) -> None:
+    s.register("t", _table(), privacy_unit="uid", max_groups_per_unit=1,
+               columns={"cat": {"domain": ["p", "q", "${system:dpsql.round58}"]}})
+
+
+@pytest.fixture(scope="module")
+def sessions() -> Any:
+    from pyspark.sql import SparkSession
+
+    from dpsql.engine.spark import spark_session
+
+    base = spark_session()
+    jvm = base._jvm
+    jvm.java.lang.System.setProperty("dpsql.round58", "leak")  # a value of the driver JVM, no data
+    opts = jvm.java.util.HashMap()
+    for k, v in CALLER_OPTIONS.items():
+        opts.put(k, v)
+    caller = SparkSession(base.sparkContext, jsparkSession=jvm.org.apache.spark.sql.classic.SparkSession(
+        base._jsc.sc(), opts))
+    duck = dpsql.Session(budget=dpsql.Budget(1e6, 0.5), engine={"kind": "duckdb", "keyed_hash": "portable"})
+    spark = dpsql.Session(budget=dpsql.Budget(1e6, 0.5), engine="spark", spark=caller)
+    for s in (duck, spark):
+        _register(s)
+    yield duck, spark, caller
+    for s in (duck, spark):
+        s.close()
+    jvm.java.lang.System.clearProperty("dpsql.round58")
+
+
+def _both(sessions: Any, sql: str, delta: float = 1e-5) -> tuple[list[Any], list[Any]]:
+    out = []
+    for s in sessions[:2]:
+        use_noise(s, zero_noise(5))
+        out.append(s.query(sql, epsilon=4.0, delta=delta).table.to_pylist())
+    return out[0], out[1]
+
+
+def test_text_literals_are_not_substituted_with_spark_variables(sessions: Any) -> None:
+    """Spark substitutes ``${name}``, ``${system:name}`` and ``${env:name}`` in SQL text before parsing
+    (``spark.sql.variable.substitute``, on by default): a literal of the analyst's query, or a declared key, became a
+    Spark setting, a system property or an environment variable of the driver, so a count released whether the
+    driver's secret environment held a guessed value (and Spark's release differed from DuckDB's)."""
+    for sql in ["SELECT COUNT(*) FILTER (WHERE txt = '${spark.sql.session.timeZone}') AS a, "
+                "COUNT(*) FILTER (WHERE txt = '${system:dpsql.round58}') AS b FROM t",
+                "SELECT cat, COUNT(*) AS n FROM t GROUP BY cat"]:
+        duck, spark = _both(sessions, sql)
+        assert spark == duck, sql
+        # the literal texts' people, and the declared keys (the third key is no variable either: no row holds it)
+        assert duck in ([{"a": N, "b": N}], [{"cat": "${system:dpsql.round58}", "n": 0},
+                                             {"cat": "p", "n": N * len(TEXTS) // 2},
+                                             {"cat": "q", "n": N * len(TEXTS) // 2}]), duck
+    # negative control: Spark's own SQL substitutes them
+    caller = sessions[2]
+    assert caller.sql("SELECT '${system:dpsql.round58}' AS v").collect()[0]["v"] == "leak"
+
+
+def test_string_literals_keep_their_backslashes_under_the_callers_parser_options(sessions: Any) -> None:
+    """A caller's session started with ``spark.sql.parser.escapedStringLiterals`` (Spark 1.6's literals, inherited
+    by dpsql's ``newSession()``) read dpsql's rendered literals otherwise: ``'o\\'x'`` and ``'a\\\\b'`` were other
+    texts, so counts and computed keys differed from DuckDB's."""
+    for sql in ["SELECT COUNT(*) FILTER (WHERE txt = 'o''x') AS a, COUNT(*) FILTER (WHERE txt = 'a\\b') AS b, "
+                "COUNT(*) FILTER (WHERE txt LIKE 'a\\%' ESCAPE '!') AS c FROM t",
+                "SELECT concat(cat, '\\n') AS k, COUNT(*) AS n FROM t GROUP BY k"]:
+        duck, spark = _both(sessions, sql)
+        assert spark == duck, sql
+        assert all(v not in (0, None) for r in duck for v in r.values())
+    # negative control: the caller's session reads literals the legacy way
+    assert sessions[2].sql("SELECT 'a\\\\b' AS v").collect()[0]["v"] == "a\\\\b"
