@@ -102,3 +102,33 @@ def test_string_literals_keep_their_backslashes_under_the_callers_parser_options
         assert all(v not in (0, None) for r in duck for v in r.values())
     # negative control: the caller's session reads literals the legacy way
     assert sessions[2].sql("SELECT 'a\\\\b' AS v").collect()[0]["v"] == "a\\\\b"
+
+
+def test_a_collated_text_column_is_read_as_duckdb_reads_it(sessions: Any, tmp_path: Any) -> None:
+    """Spark 4 writes a column's collation into the Parquet file's Spark metadata (``__COLLATIONS``: a column
+    ``STRING COLLATE UTF8_LCASE``), and reads it back so: the column was registered on Spark as
+    ``STRING COLLATE UTF8_LCASE`` (compared with nothing, grouped by nothing: every query DuckDB answers over it
+    was refused on Spark) where DuckDB reads the file's text. Now it is text compared byte by byte on both."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    k = ["a", "A", "b", "ß"] * 30
+    meta = {"type": "struct", "fields": [
+        {"name": "uid", "type": "long", "nullable": True, "metadata": {}},
+        {"name": "k", "type": "string", "nullable": True, "metadata": {"__COLLATIONS": {"k": "spark.UTF8_LCASE"}}}]}
+    t = pa.table({"uid": pa.array(range(len(k)), pa.int64()), "k": pa.array(k)}).replace_schema_metadata(
+        {b"org.apache.spark.sql.parquet.row.metadata": json.dumps(meta).encode()})
+    pq.write_table(t, tmp_path / "c.parquet")
+    # negative control: Spark itself reads the column collated, and compares 'a' and 'A' as equal
+    raw = sessions[2].read.parquet(str(tmp_path / "c.parquet"))
+    assert "UTF8_LCASE" in raw.schema["k"].dataType.simpleString().upper()
+    assert raw.where("k = 'a'").count() == 60
+    for s in sessions[:2]:
+        s.register("coll", str(tmp_path / "c.parquet"), privacy_unit="uid", max_groups_per_unit=1)
+    for sql in ["SELECT k, COUNT(*) AS n FROM coll GROUP BY k ORDER BY k",
+                "SELECT COUNT(*) FILTER (WHERE k = 'a') AS a, COUNT(*) FILTER (WHERE k < 'b') AS lt, "
+                "COUNT(DISTINCT upper(k)) AS u FROM coll"]:
+        duck, spark = _both(sessions, sql)
+        assert spark == duck, sql
+    assert duck == [{"a": 30, "lt": 60, "u": 3}]
