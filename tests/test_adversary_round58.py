@@ -21,7 +21,8 @@ from dpsql.testing import use_noise, zero_noise
 require_spark()
 
 #: options of the caller's session (inherited by ``newSession()``) that change how Spark reads SQL text
-CALLER_OPTIONS = {"spark.sql.parser.escapedStringLiterals": "true"}
+CALLER_OPTIONS = {"spark.sql.parser.escapedStringLiterals": "true", "spark.sql.parquet.binaryAsString": "true",
+                  "spark.sql.parquet.int96AsTimestamp": "false"}
 #: the texts the driver substitutes for the variables ('UTC', 'leak') are held by twice as many people
 TEXTS = ["UTC", "UTC", "${spark.sql.session.timeZone}", "leak", "leak", "${system:dpsql.round58}", "a\\b", "a\\\\b",
          "o'x", "x"]
@@ -132,3 +133,28 @@ def test_a_collated_text_column_is_read_as_duckdb_reads_it(sessions: Any, tmp_pa
         duck, spark = _both(sessions, sql)
         assert spark == duck, sql
     assert duck == [{"a": 30, "lt": 60, "u": 3}]
+
+
+def test_parquet_types_are_read_as_stored_whatever_the_callers_reader_options(sessions: Any, tmp_path: Any) -> None:
+    """A caller's session started with ``spark.sql.parquet.binaryAsString`` read a BINARY column as text (DuckDB:
+    BLOB), so a key DuckDB refuses to group by was grouped on Spark; with ``int96AsTimestamp`` off an INT96
+    timestamp was bytes. dpsql's session reads both as the DuckDB engine does."""
+    import datetime as dt
+
+    import pyarrow.parquet as pq
+
+    n = 60
+    t = pa.table({"uid": pa.array(range(n), pa.int64()), "bin": pa.array([b"x", b"y"] * (n // 2), pa.binary()),
+                  "ts": pa.array([dt.datetime(2024, 1, 1, i % 3) for i in range(n)], pa.timestamp("us"))})
+    pq.write_table(t, tmp_path / "b.parquet", use_deprecated_int96_timestamps=True)
+    # negative control: the caller's session reads the bytes as text, and cannot read the INT96 column
+    pq.write_table(t.select(["bin"]), tmp_path / "control.parquet")
+    assert sessions[2].read.parquet(str(tmp_path / "control.parquet")).schema["bin"].dataType.simpleString() == "string"
+    with pytest.raises(Exception, match="int96AsTimestamp"):
+        sessions[2].read.parquet(str(tmp_path / "b.parquet"))
+    for s in sessions[:2]:
+        s.register("bin", str(tmp_path / "b.parquet"), privacy_unit="uid", max_groups_per_unit=1)
+    assert sessions[1].tables["bin"].schema == sessions[0].tables["bin"].schema == {
+        "uid": "BIGINT", "bin": "BLOB", "ts": "TIMESTAMP"}
+    duck, spark = _both(sessions, "SELECT COUNT(*) FILTER (WHERE ts > TIMESTAMP '2024-01-01 00:30:00') AS n FROM bin")
+    assert spark == duck == [{"n": 40}]

@@ -115,6 +115,10 @@ SQL_CONF = {
     "spark.sql.variable.substitute": "false",
     "spark.sql.parser.escapedStringLiterals": "false",
     "spark.sql.parquet.inferTimestampNTZ.enabled": "true",
+    # Parquet types read as stored, as the DuckDB engine reads them: a BINARY column is BLOB (a caller's
+    # ``binaryAsString`` made it text, grouped where DuckDB refuses), an INT96 one a timestamp (else unreadable)
+    "spark.sql.parquet.binaryAsString": "false",
+    "spark.sql.parquet.int96AsTimestamp": "true",
     # DECIMAL arithmetic keeps its operands' scale (never rounds a value to fit 38 digits): the
     # exact negation of a wide DECIMAL (``spark_ops._decimal_sign_lowered``) relies on it
     "spark.sql.decimalOperations.allowPrecisionLoss": "false",
