@@ -108,7 +108,17 @@ SQL_CONF = {
     # generated SQL, and double-quoted identifiers would change what a quoted literal means
     "spark.sql.ansi.enforceReservedKeywords": "false",
     "spark.sql.ansi.doubleQuotedIdentifiers": "false",
+    # the text of dpsql's SQL is read as written: Spark substituted ``${name}``, ``${system:name}`` and
+    # ``${env:name}`` in it (on by default), so a text literal of the analyst's or a declared key became a
+    # Spark setting, a system property or an environment variable of the driver; and a caller's session with
+    # Spark 1.6's literals (``escapedStringLiterals``) read the backslashes of the rendered literals otherwise
+    "spark.sql.variable.substitute": "false",
+    "spark.sql.parser.escapedStringLiterals": "false",
     "spark.sql.parquet.inferTimestampNTZ.enabled": "true",
+    # Parquet types read as stored, as the DuckDB engine reads them: a BINARY column is BLOB (a caller's
+    # ``binaryAsString`` made it text, grouped where DuckDB refuses), an INT96 one a timestamp (else unreadable)
+    "spark.sql.parquet.binaryAsString": "false",
+    "spark.sql.parquet.int96AsTimestamp": "true",
     # DECIMAL arithmetic keeps its operands' scale (never rounds a value to fit 38 digits): the
     # exact negation of a wide DECIMAL (``spark_ops._decimal_sign_lowered``) relies on it
     "spark.sql.decimalOperations.allowPrecisionLoss": "false",
@@ -251,6 +261,12 @@ def duckdb_type(spark_simple: str) -> str:
     if t.startswith("string collate"):
         return "VARCHAR" if t.endswith("utf8_binary") else t.upper()
     return _SIMPLE.get(t, t.upper())
+
+
+def _collated(spark_simple: str) -> bool:
+    """Whether a Spark type's simple string is text under a collation other than the binary one."""
+    t = spark_simple.strip().lower()
+    return t.startswith("string collate") and not t.endswith("utf8_binary")
 
 
 def _micros_or_null(column: Any, t: pa.TimestampType) -> Any:
@@ -751,7 +767,7 @@ class SparkBackend:
         if failure is not None:
             self.unregister_source(name, kind, view)
             raise failure
-        schema = {n.lower(): duckdb_type(t) for n, t in fields}
+        schema = {n.lower(): duckdb_type("string" if _collated(t) else t) for n, t in fields}  # as _capped_select
         if len(schema) != len(fields):
             self.unregister_source(name, kind, view)
             raise ConfigError(f"table '{name}' has column names that differ only by case; dpsql needs them distinct")
@@ -1172,7 +1188,12 @@ class SparkBackend:
                     null_if.append(exp.GT(this=exp.func("octet_length", ref.copy()), expression=exp.Literal.number(cap)))
                 if text:
                     null_if.append(exp.Not(this=exp.Anonymous(this="is_valid_utf8", expressions=[ref.copy()])))
-                e = exp.Case(ifs=[exp.If(this=c, true=exp.Null()) for c in null_if], default=ref.copy())
+                # a collation stored in the file's Spark metadata (Spark 4 writes ``__COLLATIONS``: a column
+                # ``STRING COLLATE UTF8_LCASE``) is dropped: the text compares, groups and sorts byte by byte, as
+                # DuckDB reads the file (it was a type nothing compares, so every query over it was refused)
+                value = exp.Anonymous(this="collate", expressions=[ref.copy(), exp.Literal.string("UTF8_BINARY")]) \
+                    if _collated(t) else ref.copy()
+                e = exp.Case(ifs=[exp.If(this=c, true=exp.Null()) for c in null_if], default=value)
             elif t in ("date", "timestamp", "timestamp_ntz"):
                 # the range DuckDB's reader keeps (``_duckdb_sources.TS_MIN_US`` ...): outside it NULL, as there
                 stored = (exp.Anonymous(this="unix_date", expressions=[ref.copy()]) if t == "date" else
