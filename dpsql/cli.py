@@ -17,6 +17,7 @@ import io
 import json
 import math
 import os
+import re
 import sys
 import threading
 import time
@@ -233,7 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p, sub=True)
     _query_args(p)
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
-    p.add_argument("--format", choices=["table", "json"], default="table", help="output format (json: as --json)")
+    p.add_argument("--format", choices=["table", "json"], default=None, help="output format (default table; json: as --json)")
     p = sub.add_parser("budget", help="show the total, spent and remaining budget", epilog=EXAMPLES["budget"], formatter_class=fmt)
     _common(p, sub=True)
     p.add_argument("--history", action="store_true", help="list every ledger entry and every change of the total")
@@ -258,7 +259,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name", help="the table")
     p.add_argument("--format", choices=["table", "json"], default="table", help="output format")
     _once(parser, {})
+    for each in (parser, *sub.choices.values()):
+        # a negative number in any notation is a value, never an option (no flag looks like one): argparse's own
+        # pattern knows only -1 and -0.5, so `--set-total 1 -1e-9` was 'expected 2 arguments' instead of its refusal
+        each._negative_number_matcher = _NEGATIVE_NUMBER
     return parser
+
+
+_NEGATIVE_NUMBER = re.compile(r"^-(?:(?:\d[\d_]*(?:\.[\d_]*)?|\.\d[\d_]*)(?:[eE][+-]?\d[\d_]*)?|inf(?:inity)?|nan)$",
+                              re.IGNORECASE)
 
 
 class _Once(argparse.Action):
@@ -1064,6 +1073,11 @@ def _cmd_query(args: argparse.Namespace) -> int:
     sql = _read_sql(args)
     if args.command == "query":
         _check_output(args)
+    elif args.json and args.format == "table":  # (--json printed JSON whatever --format said)
+        from dpsql.errors import ConfigError
+
+        raise ConfigError("explain's --json and --format table contradict each other: --json prints the plan as JSON",
+                          hint="give --format json (or --json) for JSON, or --format table alone for the table")
     typed = _kv(args.option, "--option", fold=False)
     opts = {k: _option_value(v) for k, v in typed.items()}
     for k, v in typed.items():
