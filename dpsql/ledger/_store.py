@@ -1895,6 +1895,7 @@ def _flock_holder(key: tuple[int, int]) -> tuple[str, str]:
             cmd = f.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()
     except (OSError, IndexError):
         state, cmd = "", ""
+    cmd = " ".join("".join(c if c.isprintable() else " " for c in cmd).split())  # one line (python -c "...\n...")
     cmd = cmd if len(cmd) <= 80 else cmd[:77] + "..."
     who = f": process {pid}" + (f" ({cmd})" if cmd else "") + " holds it"
     frozen = _FROZEN_STATES.get(state)
