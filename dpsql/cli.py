@@ -995,9 +995,20 @@ def _check_output_targets(args: argparse.Namespace, s: Any) -> None:
         inputs.append((args.config_path, "the config file"))
     if getattr(args, "file", None) and args.file != "-":
         inputs.append((args.file, "the SQL file given with -f"))
-    for flag, path in (("-o", args.output), ("--meta", getattr(args, "meta", None))):
+    # rows printed without -o go to standard output, which the job may have pointed at one of these files too
+    # (dpsql query ... >> data/part-2.csv): checked as -o /dev/stdout is
+    output = getattr(args, "output", None)  # (suggest-caps prints to standard output only)
+    stdout = None if output or 1 in _CLOSED_AT_START or not _regular_fd(1) else "/dev/stdout"
+    meta = getattr(args, "meta", None)
+    if stdout and meta and not _written_in_place(meta) and _same_file(meta, stdout):  # --meta m.json > m.json
+        raise ConfigError(f"--meta {meta!r} names the file standard output is redirected to: the meta would replace the rows "
+                          "printed there; nothing was charged",
+                          hint="give --meta a file of its own, e.g. --meta meta.json, or write the rows with -o FILE")
+    for flag, path in (("-o", output), ("--meta", getattr(args, "meta", None)), ("standard output", stdout)):
         if not path:
             continue
+        if flag == "standard output":
+            flag, path = "standard output, redirected to", os.path.realpath(path)
         what = next((w for f, w in inputs if _same_file(path, f)), None)
         if led is not None and what is None:
             real, out = os.path.realpath(led), os.path.realpath(path)
@@ -1006,15 +1017,27 @@ def _check_output_targets(args: argparse.Namespace, s: Any) -> None:
             if (_same_file(path, led) or out in (real + ".wal", real + ".generation")
                     or (os.path.dirname(out) == d and base.startswith(f".{name}."))):
                 what = f"the budget ledger {led} or one of its files"
+        elsewhere = (f"write the output elsewhere, e.g. {flag} {'result.csv' if flag == '-o' else 'meta.json'}"
+                     if flag in ("-o", "--meta") else "redirect standard output to another file (> result.csv), or give -o FILE")
         if what is not None:
-            raise ConfigError(f"{flag} {path!r} would overwrite {what}; nothing was charged",
-                              hint=f"write the output elsewhere, e.g. {flag} {'result.csv' if flag == '-o' else 'meta.json'}")
+            raise ConfigError(f"{flag} {path!r} would overwrite {what}; nothing was charged", hint=elsewhere)
         pattern = next((f"{spec.source} (table '{name}')" for name, spec in s.tables.items()
                         if isinstance(spec.source, str) and spec.files and _glob_matches(spec.source, path)), None)
         if pattern is not None:
             raise ConfigError(f"{flag} {path!r} matches the source pattern {pattern}: the next run would read this output "
                               "as rows of the table; nothing was charged",
                               hint="write the output to a name or directory outside the table's pattern")
+
+
+def _regular_fd(fd: int) -> bool:
+    """Whether ``fd`` is open on a regular file (a redirection to a file, not a terminal, pipe or device), on a
+    system that names it as /dev/stdout does (Linux, macOS)."""
+    import stat
+
+    try:
+        return stat.S_ISREG(os.fstat(fd).st_mode) and os.path.exists("/dev/stdout")
+    except OSError:
+        return False
 
 
 def _glob_matches(pattern: str, path: str) -> bool:
@@ -1473,6 +1496,7 @@ def _cmd_suggest(args: argparse.Namespace) -> int:
     try:
         with _open_session(args) as s:
             ledger = _ledger_file(s)
+            _check_output_targets(args, s)
             try:
                 rel = s.suggest_caps(args.name, epsilon=args.epsilon, group_by=args.group_by, quantile=args.quantile)
             except KeyboardInterrupt as e:  # Ctrl-C held back until the advice's release was recorded: it is kept

@@ -59,3 +59,127 @@ def test_explain_json_with_format_table_is_a_usage_error(workdir: Path, capsys: 
         assert json.loads(capsys.readouterr().out)["mechanism"] == "laplace"
     assert run([*CFG, *q, "--format", "table"]) == 0
     assert capsys.readouterr().out.startswith("mechanism: laplace")
+
+
+def _job(cwd: Path, argv: list[str], stdout: Path | None = None, stderr: Path | None = None) -> tuple[int, str]:
+    """``dpsql ARGV >> stdout 2>> stderr`` in a child process: the exit code and what reached standard error."""
+    import subprocess
+    import sys
+
+    from conftest import child_env
+
+    env = {k: v for k, v in child_env().items() if k != "DPSQL_LEDGER"}
+    with open(stdout or cwd / "rows.out", "ab") as out, open(stderr or cwd / "job.log", "ab") as err:
+        p = subprocess.run([sys.executable, "-m", "dpsql.cli", *argv], cwd=cwd, env=env, stdout=out, stderr=err, timeout=120)
+    return p.returncode, (stderr or cwd / "job.log").read_bytes().decode("utf-8", "replace")
+
+
+@pytest.fixture
+def etl(tmp_path: Path) -> Path:
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+
+    (tmp_path / "data").mkdir()
+    pcsv.write_csv(pa.table({"uid": list(range(50))}), tmp_path / "data" / "part-1.csv")
+    assert _job(tmp_path, ["--ledger", "l.duckdb", "init", "--epsilon", "10"])[0] == 0
+    return tmp_path
+
+
+ETL_QUERY = ["--ledger", "l.duckdb", "--table", "t=data/*.csv", "--privacy-unit", "t=uid", "query", "SELECT COUNT(*) AS n FROM t",
+             "--epsilon", "0.1", "--format", "csv"]
+
+
+def _spent(cwd: Path) -> float:
+    import subprocess
+    import sys
+
+    from conftest import child_env
+
+    p = subprocess.run([sys.executable, "-m", "dpsql.cli", "--ledger", "l.duckdb", "budget", "--format", "json"], cwd=cwd,
+                       env=child_env(), capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    return float(json.loads(p.stdout)["spent"]["epsilon"])
+
+
+@pytest.mark.parametrize("target,words", [
+    (".l.duckdb.generation", "the budget ledger"),
+    ("l.duckdb", "the budget ledger"),
+    ("data/part-1.csv", "the source of table 't'"),
+    ("data/part-2.csv", None),  # (the redirection makes an empty file that the glob matches: refused as a source)
+])
+def test_standard_output_appended_to_the_ledger_or_a_source_is_refused_before_the_charge(
+        etl: Path, target: str, words: str | None) -> None:
+    """Finding (fixed): ``-o /dev/stdout >> .l.duckdb.generation`` (or ``-o`` naming the ledger, a source, or a name
+    the source's glob matches) is refused before the charge, but the rows printed without -o to a standard output the
+    job appended to the same file were written there after the charge: CSV appended to the ledger's generation marker
+    left the ledger refused as damaged (every later command exit 4), and rows appended beside ``data/*.csv`` were read
+    back as rows of the table by the next run. Standard output is now checked as -o is (exit 2,
+    nothing charged, the file as it was)."""
+    path = etl / target
+    before = path.read_bytes() if path.exists() else b""
+    code, err = _job(etl, ETL_QUERY, stdout=path)
+    assert code == 2, err
+    if words is not None:
+        assert words in err and "nothing was charged" in err and "standard output, redirected to" in err, err
+    assert path.read_bytes() == before
+    if not before:
+        path.unlink()  # (made by the redirection: an empty CSV among the sources)
+    assert _spent(etl) == 0
+    # negative control: the same job writing elsewhere is answered
+    assert _job(etl, ETL_QUERY)[0] == 0
+    assert _spent(etl) == pytest.approx(0.1)
+
+
+def test_suggest_caps_printing_to_the_ledger_is_refused_before_the_charge(etl: Path) -> None:
+    """suggest-caps prints its charged advice to standard output: appended to the ledger's generation marker it damaged
+    the ledger as a query's rows did. Refused before the charge too."""
+    marker = etl / ".l.duckdb.generation"
+    before = marker.read_bytes()
+    argv = ["--ledger", "l.duckdb", "--table", "t=data/*.csv", "--privacy-unit", "t=uid", "suggest-caps", "t", "--epsilon", "0.1"]
+    code, err = _job(etl, argv, stdout=marker)
+    assert code == 2 and "standard output, redirected to" in err and "nothing was charged" in err, err
+    assert marker.read_bytes() == before and _spent(etl) == 0
+    assert _job(etl, argv)[0] == 0  # negative control
+    assert _spent(etl) == pytest.approx(0.1)
+
+
+def test_meta_naming_the_file_standard_output_is_redirected_to_is_refused(etl: Path) -> None:
+    """Finding (fixed): ``dpsql query ... --format csv --meta out.json > out.json`` printed the rows into out.json, then
+    renamed the meta over it: the rows were lost after the charge, with exit 0 (``-o F --meta F`` is refused as naming
+    one file). Refused before the charge; ``--meta /dev/stdout`` (the stream itself, after the rows) still works."""
+    out = etl / "out.json"
+    code, err = _job(etl, [*ETL_QUERY, "--meta", "out.json"], stdout=out)
+    assert code == 2 and "--meta 'out.json' names the file standard output is redirected to" in err, err
+    assert out.read_bytes() == b"" and _spent(etl) == 0
+    code, err = _job(etl, [*ETL_QUERY, "--meta", "/dev/stdout"], stdout=out)
+    assert code == 0, err
+    text = out.read_text()
+    assert text.startswith('"n"\n') and '"mechanism": "laplace"' in text
+
+
+def test_a_busy_ledger_names_its_holder_on_one_line(tmp_path: Path) -> None:
+    """Finding (fixed): the holder of a busy ledger was quoted with its command line as is: a ``python -c`` program of
+    several lines split the error over those lines (a job log's 'error:' line then held only the start of it, and the
+    holder's program text came out as lines of their own). Its command line is now said on one line."""
+    import subprocess
+    import sys
+
+    import dpsql
+    from dpsql.errors import LedgerBusyError
+    from dpsql.ledger import Ledger
+
+    path = tmp_path / "l.duckdb"
+    Ledger.create(str(path), dpsql.Budget(1.0)).close()
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, os, sys, time\nfd = os.open(sys.argv[1], os.O_RDWR)\n"
+                               "fcntl.flock(fd, fcntl.LOCK_EX)\nprint('held', flush=True)\ntime.sleep(60)", str(path)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        with pytest.raises(LedgerBusyError) as e, Ledger.open(str(path), lock_timeout=0.2) as led:
+            led.remaining()
+        message = e.value.message
+        assert f"process {holder.pid} (" in message and "holds it" in message, message
+        assert "\n" not in message and "time.sleep" not in message  # cut at 80 characters, on one line
+    finally:
+        holder.kill()
+        holder.wait()
