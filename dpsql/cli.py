@@ -1236,7 +1236,19 @@ def _remaining_after(s: Any) -> Any:
 
 
 def _fmt_remaining(rem: Any) -> str:
-    return "unknown" if rem is None else f"epsilon={rem.epsilon:g} delta={rem.delta:g}"
+    return "unknown" if rem is None else f"epsilon={_down(rem.epsilon)} delta={_down(rem.delta)}"
+
+
+def _down(x: float) -> str:
+    """``x`` as ``:g`` shows it (six significant digits), rounded down where that would show more than ``x``: a remaining
+    budget of 9.9999996e-06 read 1e-05, and a request of that much was refused."""
+    import decimal
+
+    text = f"{x:g}"
+    if not math.isfinite(x) or float(text) <= x:
+        return text
+    floor = decimal.Context(prec=6, rounding=decimal.ROUND_FLOOR).plus(decimal.Decimal(x))
+    return f"{float(floor):g}"
 
 
 class _Targets:
@@ -1450,7 +1462,7 @@ def _cmd_budget(args: argparse.Namespace) -> int:
         print(f"ledger:    {shown}")
         print(f"total:     epsilon={t.epsilon:g} delta={t.delta:g}")
         print(f"spent:     epsilon={sp.epsilon:g} delta={sp.delta:g}")
-        print(f"remaining: epsilon={r.epsilon:g} delta={r.delta:g}")
+        print(f"remaining: {_fmt_remaining(r)}")
         if args.history:
             h = snap["entries"]
             keep = [

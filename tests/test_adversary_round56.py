@@ -183,3 +183,19 @@ def test_a_busy_ledger_names_its_holder_on_one_line(tmp_path: Path) -> None:
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_the_remaining_budget_is_shown_rounded_down(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Finding (fixed): ``dpsql budget`` (and a query's summary line) printed the remaining budget with six significant
+    digits rounded to nearest: a remaining delta of 9.9999996e-06 read 'delta=1e-05', more than is left, and a job that
+    asked for that --delta was refused (exit 3). README: the remaining budget is rounded down, so that a request of
+    exactly what it reports fits; the spent budget is shown rounded up (never less than was spent)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DPSQL_LEDGER", raising=False)
+    assert run(["--ledger", "l.duckdb", "init", "--epsilon", "0.30000001", "--delta", "9.9999996e-06"]) == 0
+    capsys.readouterr()
+    assert run(["--ledger", "l.duckdb", "budget"]) == 0
+    out = capsys.readouterr().out
+    assert "remaining: epsilon=0.3 delta=9.99999e-06" in out, out
+    assert "spent:     epsilon=0 delta=0" in out  # (a zero stays 0)
