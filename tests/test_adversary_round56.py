@@ -199,3 +199,35 @@ def test_the_remaining_budget_is_shown_rounded_down(tmp_path: Path, capsys: pyte
     out = capsys.readouterr().out
     assert "remaining: epsilon=0.3 delta=9.99999e-06" in out, out
     assert "spent:     epsilon=0 delta=0" in out  # (a zero stays 0)
+
+
+@pytest.fixture(scope="module")
+def pg_server() -> object:
+    from _postgres import running_server
+
+    yield from running_server()
+
+
+@pytest.mark.parametrize("lock_timeout", [8e304, 1.7e308])
+def test_a_huge_lock_timeout_on_a_postgresql_ledger_charges_and_records_the_release(
+        pg_server: object, tmp_path: Path, lock_timeout: float) -> None:
+    """Finding (fixed): the PostgreSQL ledger turned its waits into milliseconds for the server with ``ceil(seconds *
+    1000)``: a --lock-timeout above about 6e304 (a finite number the CLI accepts) made that infinite, an
+    'unexpected OverflowError' (exit 1). At 8e304 it came once the charge was made, while recording the release (which
+    waits three times as long): the answer was lost and the entry stayed 'reserved'. The waits are now capped at the
+    server's largest before the conversion; the DuckDB ledger never converted them (negative control below)."""
+    import uuid
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    import dpsql
+
+    pq.write_table(pa.table({"uid": list(range(20))}), tmp_path / "t.parquet")
+    url = pg_server.database("r56_" + uuid.uuid4().hex[:12])  # type: ignore[attr-defined]
+    for ledger in (url, str(tmp_path / "l.duckdb")):
+        with dpsql.Session(ledger=ledger, budget=dpsql.Budget(1.0), create=True, lock_timeout=lock_timeout) as s:
+            s.register("t", str(tmp_path / "t.parquet"), privacy_unit="uid")
+            r = s.query("SELECT COUNT(*) AS n FROM t", epsilon=0.1)
+            assert r.table.num_rows == 1
+            assert [(e["status"], e["epsilon"]) for e in s.history().to_pylist()] == [("released", 0.1)]
