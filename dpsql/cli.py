@@ -1446,6 +1446,10 @@ def _cmd_budget(args: argparse.Namespace) -> int:
                      create=not args.set_total and _create_if_missing(args, cfg), lock_timeout=_lock_timeout(args, cfg)) as led:
         if new_total is not None:
             led.set_total(new_total, reason=args.reason)
+            if cfg.budget is not None and new_total != cfg.budget:  # (a config that registers tables refused it above)
+                print(f"warning: the config {args.config_path!r} declares epsilon = {cfg.budget.epsilon!r}, delta = "
+                      f"{cfg.budget.delta!r} under [ledger]: every later command with it is refused until it says epsilon = "
+                      f"{new_total.epsilon!r}, delta = {new_total.delta!r}, the total now recorded", file=sys.stderr)
         snap = led.snapshot(history=args.history)  # one transaction: the summary agrees with the entries
         t, sp, r = snap["total"], snap["spent"], snap["remaining"]
         summary: dict[str, Any] = {"ledger": shown, "total": {"epsilon": t.epsilon, "delta": t.delta},

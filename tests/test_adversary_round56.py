@@ -231,3 +231,22 @@ def test_a_huge_lock_timeout_on_a_postgresql_ledger_charges_and_records_the_rele
             r = s.query("SELECT COUNT(*) AS n FROM t", epsilon=0.1)
             assert r.table.num_rows == 1
             assert [(e["status"], e["epsilon"]) for e in s.history().to_pylist()] == [("released", 0.1)]
+
+
+def test_set_total_against_the_config_s_declared_total_warns_to_update_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Finding (fixed): with a config that declares the total under [ledger] (and registers no tables), ``dpsql budget
+    --set-total 20 0`` changed the total silently (exit 0), and every later command with that config was then refused
+    (exit 2: the ledger records 20, the config says 10). The change still stands; a warning now says at once which
+    config values to update. Setting the total the config declares warns nothing (negative control)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DPSQL_LEDGER", raising=False)
+    (tmp_path / "dpsql.toml").write_text('[ledger]\npath = "l.duckdb"\nepsilon = 10.0\ndelta = 0.0\ncreate_if_missing = true\n')
+    assert run(["budget"]) == 0
+    capsys.readouterr()
+    assert run(["budget", "--set-total", "10", "0", "--reason", "same"]) == 0
+    assert "warning" not in capsys.readouterr().err
+    assert run(["budget", "--set-total", "20", "0", "--reason", "more"]) == 0
+    err = capsys.readouterr().err
+    assert "warning: the config 'dpsql.toml' declares epsilon = 10.0, delta = 0.0 under [ledger]" in err, err
+    assert "epsilon = 20.0, delta = 0.0, the total now recorded" in err
