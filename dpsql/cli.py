@@ -1834,7 +1834,11 @@ def _main(argv: Sequence[str] | None) -> int:
             sys.stdout = guard.real
         if threading.current_thread() is threading.main_thread():
             for sig, handler in previous.items():
-                signal.signal(sig, handler)
+                # the command's own process (its argv read from the command line): a signal once the command is done
+                # is ignored, so that its exit code stands (a SIGTERM as the interpreter exited killed it, status -15
+                # with no line on stderr, after the answer was written and its release recorded)
+                done = argv is None and handler in (signal.SIG_DFL, signal.default_int_handler)
+                signal.signal(sig, signal.SIG_IGN if done else handler)
 
 
 

@@ -250,3 +250,29 @@ def test_set_total_against_the_config_s_declared_total_warns_to_update_it(
     err = capsys.readouterr().err
     assert "warning: the config 'dpsql.toml' declares epsilon = 10.0, delta = 0.0 under [ledger]" in err, err
     assert "epsilon = 20.0, delta = 0.0, the total now recorded" in err
+
+
+def test_a_signal_once_the_command_is_done_leaves_its_exit_code(tmp_path: Path) -> None:
+    """Finding (fixed): SIGTERM landing after ``dpsql query`` had written its answer and recorded the release, while the
+    interpreter exited (its handlers given back), killed it with the default action: status -15 (143 to a shell) and
+    no line on stderr, so a job runner took an answered, charged query for one cut short. The command's own process
+    now ignores a signal once the command is done; an in-process ``main(argv)`` still gives the caller's handlers
+    back (negative control)."""
+    import signal
+    import subprocess
+    import sys
+
+    from conftest import child_env
+
+    from dpsql import cli
+
+    assert run(["--ledger", str(tmp_path / "l.duckdb"), "init", "--epsilon", "1"]) == 0
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    code = ("import os, signal, sys\nsys.argv = ['dpsql', '--ledger', sys.argv[1], 'budget']\nfrom dpsql.cli import main\n"
+            "code = main()\nos.kill(os.getpid(), signal.SIGTERM)\nsys.exit(code)")
+    p = subprocess.run([sys.executable, "-c", code, str(tmp_path / "l.duckdb")], env=child_env(), capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0, (p.returncode, p.stderr)
+    assert "remaining: epsilon=1" in p.stdout
+    assert cli.main(["--ledger", str(tmp_path / "l.duckdb"), "budget"]) == 0
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
