@@ -276,3 +276,26 @@ def test_a_signal_once_the_command_is_done_leaves_its_exit_code(tmp_path: Path) 
     assert "remaining: epsilon=1" in p.stdout
     assert cli.main(["--ledger", str(tmp_path / "l.duckdb"), "budget"]) == 0
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+
+
+def test_a_ledger_is_never_created_under_another_ledger_s_write_ahead_log_name(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Finding (fixed): ``dpsql init --ledger l.duckdb.wal`` beside the ledger l.duckdb created a second ledger at the
+    name DuckDB uses for l.duckdb's write-ahead log: the next charge of l.duckdb checkpointed and deleted that file, and
+    the second ledger (its total, any charge recorded in it) was gone ('no budget ledger ..., but a ledger existed
+    here'). A name ending in .wal is refused at creation (exit 4, nothing created); the ledger beside it is unharmed."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DPSQL_LEDGER", raising=False)
+    pq.write_table(pa.table({"uid": list(range(20))}), tmp_path / "t.parquet")
+    assert run(["--ledger", "l.duckdb", "init", "--epsilon", "1"]) == 0
+    capsys.readouterr()
+    assert run(["--ledger", "l.duckdb.wal", "init", "--epsilon", "5"]) == 4
+    err = capsys.readouterr().err
+    assert "l.duckdb.wal" in err and "write-ahead log" in err and "nothing was created" in err, err
+    assert not (tmp_path / "l.duckdb.wal").exists() and not (tmp_path / ".l.duckdb.wal.generation").exists()
+    assert run(["--ledger", "l.duckdb", "--table", "t=t.parquet", "--privacy-unit", "t=uid", "query", "SELECT COUNT(*) AS n FROM t",
+                "--epsilon", "0.1"]) == 0
+    assert run(["--ledger", "l.duckdb.wal2", "init", "--epsilon", "5"]) == 0  # negative control: another name

@@ -1173,6 +1173,12 @@ class Ledger:
                 hint="open the existing ledger with Ledger.open(path) (dpsql never overwrites a ledger), "
                 "or choose a new path",
             )
+        if p.endswith(".wal"):  # DuckDB writes, replays and deletes FILE.wal for FILE: a ledger there would be lost
+            raise LedgerError(
+                f"cannot create a ledger at {p}: a name ending in .wal is the one DuckDB gives the write-ahead log of "
+                f"{p[:-4]}, which it replays and deletes when that file is opened; nothing was created",
+                hint=f"choose a name that does not end in .wal, e.g. {p[:-4]}-ledger.duckdb",
+            )
         if os.path.lexists(p + ".wal"):
             raise LedgerError(
                 f"cannot create a ledger at {p}: an orphaned write-ahead log {p}.wal exists "
