@@ -299,3 +299,21 @@ def test_a_ledger_is_never_created_under_another_ledger_s_write_ahead_log_name(
     assert run(["--ledger", "l.duckdb", "--table", "t=t.parquet", "--privacy-unit", "t=uid", "query", "SELECT COUNT(*) AS n FROM t",
                 "--epsilon", "0.1"]) == 0
     assert run(["--ledger", "l.duckdb.wal2", "init", "--epsilon", "5"]) == 0  # negative control: another name
+
+
+@pytest.mark.parametrize("name", [".l.duckdb.queue", ".l.duckdb.q-123-0-abcd"])
+def test_a_ledger_is_never_created_under_another_ledger_s_hidden_file_name(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    """Finding (fixed): ``dpsql init --ledger .l.duckdb.queue`` beside the ledger l.duckdb (whose queue file did not exist
+    yet) created a ledger that the next operation of l.duckdb truncated to its 28-byte queue entry ('not a DuckDB
+    database file at all'). The names of a ledger's hidden files are refused at creation (exit 4, nothing created)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DPSQL_LEDGER", raising=False)
+    assert run(["--ledger", "l.duckdb", "init", "--epsilon", "1"]) == 0
+    capsys.readouterr()
+    assert run(["--ledger", name, "init", "--epsilon", "5"]) == 4
+    err = capsys.readouterr().err
+    assert "hidden file that dpsql keeps beside a ledger named l.duckdb" in err and "nothing was created" in err, err
+    assert not (tmp_path / name).exists()
+    assert run(["--ledger", "l.duckdb", "budget"]) == 0
+    assert run(["--ledger", ".hidden.duckdb", "init", "--epsilon", "5"]) == 0  # negative control: a hidden name of its own

@@ -1179,6 +1179,14 @@ class Ledger:
                 f"{p[:-4]}, which it replays and deletes when that file is opened; nothing was created",
                 hint=f"choose a name that does not end in .wal, e.g. {p[:-4]}-ledger.duckdb",
             )
+        side = re.fullmatch(r"\.(.+)\.(?:generation|queue|q-\d+-.*)", os.path.basename(p), re.DOTALL)
+        if side is not None:  # the hidden files of a ledger NAME beside it: its operations rewrite them
+            raise LedgerError(
+                f"cannot create a ledger at {p}: that is the name of a hidden file that dpsql keeps beside a ledger named "
+                f"{side.group(1)} in the same directory (its generation marker or its queue), which that ledger's operations "
+                "overwrite; nothing was created",
+                hint=f"choose a name of its own, e.g. {os.path.join(os.path.dirname(p), 'ledger.duckdb')}",
+            )
         if os.path.lexists(p + ".wal"):
             raise LedgerError(
                 f"cannot create a ledger at {p}: an orphaned write-ahead log {p}.wal exists "
