@@ -1118,8 +1118,8 @@ def _cmd_query(args: argparse.Namespace) -> int:
     if args.reuse_synopsis:
         opts["reuse"] = "synopsis"
     with _open_session(args) as s, _options_named(typed), _Targets() as targets:
+        _check_output_targets(args, s)  # (explain's plan goes to standard output too)
         if args.command == "query":
-            _check_output_targets(args, s)
             targets.prepare(args)  # each output file opened before the charge (its temporary sibling)
         if args.command == "explain":
             plan = s.explain(_split_statements(sql) if args.workload else sql, epsilon=args.epsilon, delta=args.delta,

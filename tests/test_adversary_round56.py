@@ -317,3 +317,16 @@ def test_a_ledger_is_never_created_under_another_ledger_s_hidden_file_name(
     assert not (tmp_path / name).exists()
     assert run(["--ledger", "l.duckdb", "budget"]) == 0
     assert run(["--ledger", ".hidden.duckdb", "init", "--epsilon", "5"]) == 0  # negative control: a hidden name of its own
+
+
+def test_explain_printing_to_the_ledger_is_refused(etl: Path) -> None:
+    """explain is free, but its plan printed to a standard output appended to the ledger's generation marker damaged
+    the ledger as a query's rows did: refused (exit 2), the marker as it was; printed elsewhere it works."""
+    marker = etl / ".l.duckdb.generation"
+    before = marker.read_bytes()
+    argv = ["--ledger", "l.duckdb", "--table", "t=data/*.csv", "--privacy-unit", "t=uid", "explain", "SELECT COUNT(*) AS n FROM t",
+            "--epsilon", "0.1"]
+    code, err = _job(etl, argv, stdout=marker)
+    assert code == 2 and "standard output, redirected to" in err, err
+    assert marker.read_bytes() == before
+    assert _job(etl, argv)[0] == 0  # negative control
