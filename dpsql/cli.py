@@ -1409,6 +1409,10 @@ def _cmd_budget(args: argparse.Namespace) -> int:
 
         opener = PostgresLedger.open
         shown = redact(path)  # the URL's password never reaches stdout (CI logs, terminals)
+    from types import SimpleNamespace
+
+    # its summary printed into the ledger's own files (or the config) would damage them
+    _check_output_targets(args, SimpleNamespace(ledger=SimpleNamespace(path=path), tables={}))
     new_total: Any = None  # the numbers and the owner's word are judged before the ledger is opened
     if args.set_total:
         try:

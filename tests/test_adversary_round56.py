@@ -330,3 +330,16 @@ def test_explain_printing_to_the_ledger_is_refused(etl: Path) -> None:
     assert code == 2 and "standard output, redirected to" in err, err
     assert marker.read_bytes() == before
     assert _job(etl, argv)[0] == 0  # negative control
+
+
+def test_budget_printing_to_the_ledger_is_refused(etl: Path) -> None:
+    """dpsql budget (--set-total too) printed its summary into a standard output appended to the ledger's generation
+    marker, damaging the ledger: refused (exit 2), the marker and the total as they were; printed elsewhere it works."""
+    marker = etl / ".l.duckdb.generation"
+    before = marker.read_bytes()
+    code, err = _job(etl, ["--ledger", "l.duckdb", "budget", "--set-total", "20", "0", "--reason", "r"], stdout=marker)
+    assert code == 2 and "standard output, redirected to" in err, err
+    assert marker.read_bytes() == before
+    out = etl / "b.txt"
+    assert _job(etl, ["--ledger", "l.duckdb", "budget"], stdout=out)[0] == 0  # negative control
+    assert "total:     epsilon=10 " in out.read_text()
