@@ -17,6 +17,7 @@ import io
 import json
 import math
 import os
+import re
 import sys
 import threading
 import time
@@ -233,7 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p, sub=True)
     _query_args(p)
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
-    p.add_argument("--format", choices=["table", "json"], default="table", help="output format (json: as --json)")
+    p.add_argument("--format", choices=["table", "json"], default=None, help="output format (default table; json: as --json)")
     p = sub.add_parser("budget", help="show the total, spent and remaining budget", epilog=EXAMPLES["budget"], formatter_class=fmt)
     _common(p, sub=True)
     p.add_argument("--history", action="store_true", help="list every ledger entry and every change of the total")
@@ -258,7 +259,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name", help="the table")
     p.add_argument("--format", choices=["table", "json"], default="table", help="output format")
     _once(parser, {})
+    for each in (parser, *sub.choices.values()):
+        # a negative number in any notation is a value, never an option (no flag looks like one): argparse's own
+        # pattern knows only -1 and -0.5, so `--set-total 1 -1e-9` was 'expected 2 arguments' instead of its refusal
+        each._negative_number_matcher = _NEGATIVE_NUMBER
     return parser
+
+
+_NEGATIVE_NUMBER = re.compile(r"^-(?:(?:\d[\d_]*(?:\.[\d_]*)?|\.\d[\d_]*)(?:[eE][+-]?\d[\d_]*)?|inf(?:inity)?|nan)$",
+                              re.IGNORECASE)
 
 
 class _Once(argparse.Action):
@@ -986,9 +995,20 @@ def _check_output_targets(args: argparse.Namespace, s: Any) -> None:
         inputs.append((args.config_path, "the config file"))
     if getattr(args, "file", None) and args.file != "-":
         inputs.append((args.file, "the SQL file given with -f"))
-    for flag, path in (("-o", args.output), ("--meta", getattr(args, "meta", None))):
+    # rows printed without -o go to standard output, which the job may have pointed at one of these files too
+    # (dpsql query ... >> data/part-2.csv): checked as -o /dev/stdout is
+    output = getattr(args, "output", None)  # (suggest-caps prints to standard output only)
+    stdout = None if output or 1 in _CLOSED_AT_START or not _regular_fd(1) else "/dev/stdout"
+    meta = getattr(args, "meta", None)
+    if stdout and meta and not _written_in_place(meta) and _same_file(meta, stdout):  # --meta m.json > m.json
+        raise ConfigError(f"--meta {meta!r} names the file standard output is redirected to: the meta would replace the rows "
+                          "printed there; nothing was charged",
+                          hint="give --meta a file of its own, e.g. --meta meta.json, or write the rows with -o FILE")
+    for flag, path in (("-o", output), ("--meta", getattr(args, "meta", None)), ("standard output", stdout)):
         if not path:
             continue
+        if flag == "standard output":
+            flag, path = "standard output, redirected to", os.path.realpath(path)
         what = next((w for f, w in inputs if _same_file(path, f)), None)
         if led is not None and what is None:
             real, out = os.path.realpath(led), os.path.realpath(path)
@@ -997,15 +1017,27 @@ def _check_output_targets(args: argparse.Namespace, s: Any) -> None:
             if (_same_file(path, led) or out in (real + ".wal", real + ".generation")
                     or (os.path.dirname(out) == d and base.startswith(f".{name}."))):
                 what = f"the budget ledger {led} or one of its files"
+        elsewhere = (f"write the output elsewhere, e.g. {flag} {'result.csv' if flag == '-o' else 'meta.json'}"
+                     if flag in ("-o", "--meta") else "redirect standard output to another file (> result.csv), or give -o FILE")
         if what is not None:
-            raise ConfigError(f"{flag} {path!r} would overwrite {what}; nothing was charged",
-                              hint=f"write the output elsewhere, e.g. {flag} {'result.csv' if flag == '-o' else 'meta.json'}")
+            raise ConfigError(f"{flag} {path!r} would overwrite {what}; nothing was charged", hint=elsewhere)
         pattern = next((f"{spec.source} (table '{name}')" for name, spec in s.tables.items()
                         if isinstance(spec.source, str) and spec.files and _glob_matches(spec.source, path)), None)
         if pattern is not None:
             raise ConfigError(f"{flag} {path!r} matches the source pattern {pattern}: the next run would read this output "
                               "as rows of the table; nothing was charged",
                               hint="write the output to a name or directory outside the table's pattern")
+
+
+def _regular_fd(fd: int) -> bool:
+    """Whether ``fd`` is open on a regular file (a redirection to a file, not a terminal, pipe or device), on a
+    system that names it as /dev/stdout does (Linux, macOS)."""
+    import stat
+
+    try:
+        return stat.S_ISREG(os.fstat(fd).st_mode) and os.path.exists("/dev/stdout")
+    except OSError:
+        return False
 
 
 def _glob_matches(pattern: str, path: str) -> bool:
@@ -1064,6 +1096,11 @@ def _cmd_query(args: argparse.Namespace) -> int:
     sql = _read_sql(args)
     if args.command == "query":
         _check_output(args)
+    elif args.json and args.format == "table":  # (--json printed JSON whatever --format said)
+        from dpsql.errors import ConfigError
+
+        raise ConfigError("explain's --json and --format table contradict each other: --json prints the plan as JSON",
+                          hint="give --format json (or --json) for JSON, or --format table alone for the table")
     typed = _kv(args.option, "--option", fold=False)
     opts = {k: _option_value(v) for k, v in typed.items()}
     for k, v in typed.items():
@@ -1081,8 +1118,8 @@ def _cmd_query(args: argparse.Namespace) -> int:
     if args.reuse_synopsis:
         opts["reuse"] = "synopsis"
     with _open_session(args) as s, _options_named(typed), _Targets() as targets:
+        _check_output_targets(args, s)  # (explain's plan goes to standard output too)
         if args.command == "query":
-            _check_output_targets(args, s)
             targets.prepare(args)  # each output file opened before the charge (its temporary sibling)
         if args.command == "explain":
             plan = s.explain(_split_statements(sql) if args.workload else sql, epsilon=args.epsilon, delta=args.delta,
@@ -1199,7 +1236,19 @@ def _remaining_after(s: Any) -> Any:
 
 
 def _fmt_remaining(rem: Any) -> str:
-    return "unknown" if rem is None else f"epsilon={rem.epsilon:g} delta={rem.delta:g}"
+    return "unknown" if rem is None else f"epsilon={_down(rem.epsilon)} delta={_down(rem.delta)}"
+
+
+def _down(x: float) -> str:
+    """``x`` as ``:g`` shows it (six significant digits), rounded down where that would show more than ``x``: a remaining
+    budget of 9.9999996e-06 read 1e-05, and a request of that much was refused."""
+    import decimal
+
+    text = f"{x:g}"
+    if not math.isfinite(x) or float(text) <= x:
+        return text
+    floor = decimal.Context(prec=6, rounding=decimal.ROUND_FLOOR).plus(decimal.Decimal(x))
+    return f"{float(floor):g}"
 
 
 class _Targets:
@@ -1360,6 +1409,10 @@ def _cmd_budget(args: argparse.Namespace) -> int:
 
         opener = PostgresLedger.open
         shown = redact(path)  # the URL's password never reaches stdout (CI logs, terminals)
+    from types import SimpleNamespace
+
+    # its summary printed into the ledger's own files (or the config) would damage them
+    _check_output_targets(args, SimpleNamespace(ledger=SimpleNamespace(path=path), tables={}))
     new_total: Any = None  # the numbers and the owner's word are judged before the ledger is opened
     if args.set_total:
         try:
@@ -1397,6 +1450,10 @@ def _cmd_budget(args: argparse.Namespace) -> int:
                      create=not args.set_total and _create_if_missing(args, cfg), lock_timeout=_lock_timeout(args, cfg)) as led:
         if new_total is not None:
             led.set_total(new_total, reason=args.reason)
+            if cfg.budget is not None and new_total != cfg.budget:  # (a config that registers tables refused it above)
+                print(f"warning: the config {args.config_path!r} declares epsilon = {cfg.budget.epsilon!r}, delta = "
+                      f"{cfg.budget.delta!r} under [ledger]: every later command with it is refused until it says epsilon = "
+                      f"{new_total.epsilon!r}, delta = {new_total.delta!r}, the total now recorded", file=sys.stderr)
         snap = led.snapshot(history=args.history)  # one transaction: the summary agrees with the entries
         t, sp, r = snap["total"], snap["spent"], snap["remaining"]
         summary: dict[str, Any] = {"ledger": shown, "total": {"epsilon": t.epsilon, "delta": t.delta},
@@ -1413,7 +1470,7 @@ def _cmd_budget(args: argparse.Namespace) -> int:
         print(f"ledger:    {shown}")
         print(f"total:     epsilon={t.epsilon:g} delta={t.delta:g}")
         print(f"spent:     epsilon={sp.epsilon:g} delta={sp.delta:g}")
-        print(f"remaining: epsilon={r.epsilon:g} delta={r.delta:g}")
+        print(f"remaining: {_fmt_remaining(r)}")
         if args.history:
             h = snap["entries"]
             keep = [
@@ -1459,6 +1516,7 @@ def _cmd_suggest(args: argparse.Namespace) -> int:
     try:
         with _open_session(args) as s:
             ledger = _ledger_file(s)
+            _check_output_targets(args, s)
             try:
                 rel = s.suggest_caps(args.name, epsilon=args.epsilon, group_by=args.group_by, quantile=args.quantile)
             except KeyboardInterrupt as e:  # Ctrl-C held back until the advice's release was recorded: it is kept
@@ -1780,7 +1838,11 @@ def _main(argv: Sequence[str] | None) -> int:
             sys.stdout = guard.real
         if threading.current_thread() is threading.main_thread():
             for sig, handler in previous.items():
-                signal.signal(sig, handler)
+                # the command's own process (its argv read from the command line): a signal once the command is done
+                # is ignored, so that its exit code stands (a SIGTERM as the interpreter exited killed it, status -15
+                # with no line on stderr, after the answer was written and its release recorded)
+                done = argv is None and handler in (signal.SIG_DFL, signal.default_int_handler)
+                signal.signal(sig, signal.SIG_IGN if done else handler)
 
 
 

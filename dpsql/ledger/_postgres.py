@@ -138,6 +138,12 @@ _ADVISORY_KEY = 0x64707371  # "dpsq": serialises ledger creation in one database
 _PG_MAX_MS = 2**31 - 1  # the largest lock_timeout PostgreSQL accepts, in milliseconds
 
 
+def _pg_ms(seconds: float, least: int = 1) -> int:
+    """``seconds`` as whole milliseconds for the server, from ``least`` to :data:`_PG_MAX_MS`: capped before the
+    conversion, since a huge (finite) lock_timeout made ``seconds * 1000`` infinite, which no int holds."""
+    return min(max(least, math.ceil(min(seconds, _PG_MAX_MS / 1000) * 1000)), _PG_MAX_MS)
+
+
 def is_postgres_url(value: object) -> bool:
     return isinstance(value, str) and value.startswith(("postgresql://", "postgres://"))
 
@@ -605,7 +611,7 @@ class PostgresLedger(Ledger):
                 with con.cursor() as cur:
                     # the wait for another creator is bounded as a charge's is (lock_timeout), and the server's
                     # time-outs are lifted for it: an advisory lock otherwise waits forever
-                    ms = min(max(1, math.ceil(self.lock_timeout * 1000)), _PG_MAX_MS)
+                    ms = _pg_ms(self.lock_timeout)
                     cur.execute("SELECT set_config(name, CASE name WHEN 'lock_timeout' THEN %s ELSE '0' END, true) "
                                 "FROM pg_catalog.pg_settings WHERE name IN ('lock_timeout', "
                                 + ", ".join(f"'{n}'" for n in _LIFTED_TIMEOUTS) + ")", [f"{ms}ms"])
@@ -693,7 +699,7 @@ class PostgresLedger(Ledger):
                     else:  # each statement sees what was committed before it, whatever the database's default
                         c.execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
                     # PostgreSQL reads 0 as "wait forever" and refuses more than 2^31 - 1 ms
-                    ms = min(max(1, math.ceil((deadline - time.monotonic()) * 1000)), _PG_MAX_MS)
+                    ms = _pg_ms(deadline - time.monotonic())
                     # one statement (one round trip) sets, for this transaction: lock_timeout; doubles as the
                     # shortest text that reads back bit-exact, whatever the server's or the database's
                     # extra_float_digits (at 0, 0.1 + 0.2 read back as 0.3: charges undercounted); the
@@ -868,7 +874,7 @@ class PostgresLedger(Ledger):
         (rolling it back: a reserve then charged nothing): 10 s, or twice ``lock_timeout``. A live
         transaction pauses for milliseconds; a frozen holder of the lock then blocks the others for a while
         only (a server's own, lower value is not kept: it dropped live connections mid-charge)."""
-        return min(max(10_000, math.ceil(2000 * self.lock_timeout)), _PG_MAX_MS)
+        return _pg_ms(2 * self.lock_timeout, 10_000)
 
     def _check_ledger(self, con: Any, unchanged: str) -> tuple[str | None, str, str]:
         """Check that the search_path leads to one dpsql ledger of this version, and to the one this object used

@@ -1173,6 +1173,20 @@ class Ledger:
                 hint="open the existing ledger with Ledger.open(path) (dpsql never overwrites a ledger), "
                 "or choose a new path",
             )
+        if p.endswith(".wal"):  # DuckDB writes, replays and deletes FILE.wal for FILE: a ledger there would be lost
+            raise LedgerError(
+                f"cannot create a ledger at {p}: a name ending in .wal is the one DuckDB gives the write-ahead log of "
+                f"{p[:-4]}, which it replays and deletes when that file is opened; nothing was created",
+                hint=f"choose a name that does not end in .wal, e.g. {p[:-4]}-ledger.duckdb",
+            )
+        side = re.fullmatch(r"\.(.+)\.(?:generation|queue|q-\d+-.*)", os.path.basename(p), re.DOTALL)
+        if side is not None:  # the hidden files of a ledger NAME beside it: its operations rewrite them
+            raise LedgerError(
+                f"cannot create a ledger at {p}: that is the name of a hidden file that dpsql keeps beside a ledger named "
+                f"{side.group(1)} in the same directory (its generation marker or its queue), which that ledger's operations "
+                "overwrite; nothing was created",
+                hint=f"choose a name of its own, e.g. {os.path.join(os.path.dirname(p), 'ledger.duckdb')}",
+            )
         if os.path.lexists(p + ".wal"):
             raise LedgerError(
                 f"cannot create a ledger at {p}: an orphaned write-ahead log {p}.wal exists "
@@ -1895,6 +1909,7 @@ def _flock_holder(key: tuple[int, int]) -> tuple[str, str]:
             cmd = f.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()
     except (OSError, IndexError):
         state, cmd = "", ""
+    cmd = " ".join("".join(c if c.isprintable() else " " for c in cmd).split())  # one line (python -c "...\n...")
     cmd = cmd if len(cmd) <= 80 else cmd[:77] + "..."
     who = f": process {pid}" + (f" ({cmd})" if cmd else "") + " holds it"
     frozen = _FROZEN_STATES.get(state)
