@@ -9,7 +9,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import dpsql
-from dpsql.errors import ConfigError
+from dpsql.errors import ConfigError, PolicyError
+from dpsql.testing import use_noise, zero_noise
 
 
 @pytest.mark.parametrize("how", ["null", "replace"])
@@ -42,3 +43,50 @@ def test_files_naming_columns_alike_still_register(tmp_path: Path) -> None:
     s = dpsql.Session(budget=dpsql.Budget(100.0, 1e-3), engine={"invalid_text": "replace"})
     s.register("t", str(tmp_path / "*.parquet"), privacy_unit="uid", max_rows_per_unit=1)
     s.close()
+
+
+@pytest.fixture
+def grid(tmp_path: Path):  # type: ignore[no-untyped-def]
+    a, b = [], []
+    for i in range(16):
+        for j in range(16):
+            for k in range(1 + (i * j) % 3):
+                a.append(i * 2 - 16 + k % 2)
+                b.append(j * 0.5 + k * 0.1)
+    pq.write_table(pa.table({"uid": list(range(len(a))), "a": a, "b": b}), tmp_path / "t.parquet")
+    s = dpsql.Session(ledger=str(tmp_path / "l.db"), budget=dpsql.Budget(100.0, 1e-3), create=True)
+    use_noise(s, zero_noise())
+    s.register("t", str(tmp_path / "t.parquet"), privacy_unit="uid", max_rows_per_unit=1,
+               columns={"a": {"bounds": (-16, 16), "bins": 16}, "b": {"bounds": (0, 8), "bins": 16}})
+    yield s
+    s.close()
+
+
+def test_two_column_range_read_from_the_synopsis_in_either_column_order(grid: dpsql.Session) -> None:
+    """A 2-D range count whose WHERE names ``b`` before ``a`` was refused ``reuse='synopsis'`` (its columns
+    taken in order of appearance, so its key named (b, a)) though the workload's synopsis over (a, b) answers
+    the same rectangle; the same query written ``a`` first was read from it. Now both are, to the same
+    value, free."""
+    wl = ["SELECT COUNT(*) FROM t WHERE a >= -4 AND a < 4 AND b >= 1 AND b < 3",
+          "SELECT COUNT(*) FROM t WHERE a < 0 AND b >= 4"]
+    made = grid.query_many(wl, epsilon=5.0).counts
+    left = grid.remaining()
+    for sql, want in zip(wl, made):
+        same = grid.query(sql, epsilon=5.0, options={"reuse": "synopsis"})
+        flipped = grid.query(sql.replace("a >= -4 AND a < 4 AND b >= 1 AND b < 3", "b < 3 AND a >= -4 AND b >= 1 AND a < 4")
+                             .replace("a < 0 AND b >= 4", "b >= 4 AND a < 0"), epsilon=5.0, options={"reuse": "synopsis"})
+        assert same.reused and flipped.reused
+        assert same.table.column(0)[0].as_py() == flipped.table.column(0)[0].as_py() == want
+    flipped_wl = grid.query_many(["SELECT COUNT(*) FROM t WHERE b >= 4 AND a < 0"], epsilon=5.0)
+    assert list(flipped_wl.counts) == [made[1]]
+    assert grid.remaining() == left
+
+
+def test_two_column_range_of_other_caps_is_not_read_transposed(grid: dpsql.Session) -> None:
+    """Control: transposing finds only a synopsis of the same table, conditions and caps."""
+    grid.query_many(["SELECT COUNT(*) FROM t WHERE a < 0 AND b >= 4"], epsilon=5.0)
+    with pytest.raises(PolicyError, match="no stored DAWA synopsis covers"):
+        grid.query("SELECT COUNT(*) FROM t WHERE b >= 4 AND a < 0 AND uid > 3", epsilon=5.0,
+                   options={"reuse": "synopsis"})
+    r = grid.query("SELECT COUNT(*) FROM t WHERE b >= 4 AND a < 0", epsilon=5.0, options={"reuse": "never"})
+    assert not r.reused
