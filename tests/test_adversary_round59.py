@@ -90,3 +90,14 @@ def test_two_column_range_of_other_caps_is_not_read_transposed(grid: dpsql.Sessi
                    options={"reuse": "synopsis"})
     r = grid.query("SELECT COUNT(*) FROM t WHERE b >= 4 AND a < 0", epsilon=5.0, options={"reuse": "never"})
     assert not r.reused
+
+
+def test_two_column_range_with_kept_rows_and_columns_read_transposed(grid: dpsql.Session) -> None:
+    """Shared conditions that keep some rows and columns of the grid (``dawa_bins``) are transposed too."""
+    shared = "a IN (-12, -10, 0, 2, 4) AND b <> 2.5"
+    made = grid.query_many([f"SELECT COUNT(*) FROM t WHERE {shared} AND a < 3 AND b >= 1"], epsilon=5.0).counts
+    left = grid.remaining()
+    r = grid.query("SELECT COUNT(*) FROM t WHERE b <> 2.5 AND b >= 1 AND a IN (-12, -10, 0, 2, 4) AND a < 3",
+                   epsilon=5.0, options={"reuse": "synopsis"})
+    assert r.reused and r.table.column(0)[0].as_py() == made[0]
+    assert grid.remaining() == left
