@@ -839,16 +839,25 @@ def _same_file_types(name: str, paths: list[str]) -> None:
     """Refuse a multi-file Parquet source whose files store a column under different types (footers
     only). Both readers convert every file to the first file's types with a checked cast, which
     fails on a value that does not fit (2^40 in an int32 column, 1.5 in an int64 one): whether a
-    query failed would then depend on one cell. A column missing from some file reads as NULL. A DECIMAL
+    query failed would then depend on one cell. A column missing from some file reads as NULL; one named
+    there in another case (``AGE`` for ``age``) is refused. A DECIMAL
     stored in a way no reader reads totally is refused too (:func:`decimal_storage_problem`)."""
     for p in paths:
         decimal_storage_problem(name, _footer(name, p, parquet_decimal_leaves))
     if len(paths) < 2:
         return
     first = {f.name: f.type for f in _footer(name, paths[0], parquet_schema)}
+    folded = {n.lower(): n for n in first}
     for p in paths[1:]:
         for f in _footer(name, p, parquet_schema):
             t = first.get(f.name)
+            if t is None and f.name.lower() in folded:
+                # DuckDB's reader matches names case-insensitively (and casts to the first file's type), the
+                # Arrow view exactly (the column NULL in this file): neither may decide the rows read
+                raise ConfigError(
+                    f"table '{name}': column '{f.name}' in {p} is named '{folded[f.name.lower()]}' in {paths[0]}; "
+                    "names differing only in case are one column to DuckDB's reader and two to Arrow's",
+                    hint="write every file with the same column names, or register the files as separate tables")
             if t is not None and _type_class(t) != _type_class(f.type):
                 raise ConfigError(
                     f"table '{name}': column '{f.name}' is {f.type} in {p} but {t} in {paths[0]}; a value of one "

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -275,6 +275,17 @@ class Dawa:
     options = frozenset({"epsilon_split", "max_rows_per_unit", "max_groups_per_unit", "max_rows_per_group"})
 
     def calibrate(self, request: Request, contribution: Caps, *, reuse_only: bool = False) -> DawaCalibration | None:
+        """A stored synopsis's answer when one holds the request (:meth:`_calibrate`), a 2-D one in either
+        column order (the columns are taken in the order the WHERE names them); else a fresh DAWA run."""
+        wl = request.workload
+        if wl is not None and len(wl.dims) == 2 and request.options.get("reuse") != "never":
+            for w in (wl, wl.transposed()):
+                found = self._calibrate(replace(request, workload=w), contribution, reuse_only=True)
+                if found is not None:
+                    return found
+        return self._calibrate(request, contribution, reuse_only=reuse_only)
+
+    def _calibrate(self, request: Request, contribution: Caps, *, reuse_only: bool = False) -> DawaCalibration | None:
         """A histogram (GROUP BY over the bins) is bounded by the grouped rule, ``contribution``;
         a workload of range counts (``query_many``, a single range count) by L rows per unit.
         A stored synopsis answers for free when it was made by the same rule; one made by the

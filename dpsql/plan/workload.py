@@ -20,7 +20,7 @@ import hashlib
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from fractions import Fraction
 from typing import Any
@@ -158,6 +158,13 @@ class Workload:
     #: dimension its kept runs, or None for every bin. DAWA runs over the grid of the kept rows and columns, in
     #: order; None: the whole grid
     axes: tuple[tuple[tuple[int, int], ...] | None, ...] | None = None
+
+    def transposed(self) -> Workload:
+        """The same rectangles over a 2-D grid taken in the other column order (a synopsis made over
+        (b, a) answers a workload whose WHERE named a first)."""
+        assert len(self.dims) == 2
+        return replace(self, dims=self.dims[::-1], ranges=tuple((r[2], r[3], r[0], r[1]) for r in self.ranges),
+                       axes=None if self.axes is None else self.axes[::-1], notes=list(self.notes))
 
     @property
     def size(self) -> int:
