@@ -7,6 +7,10 @@
   the released values failed'). The check now evaluates the conjuncts as the release does.
 * Over DAWA's histogram (declared bins, no declared domain) the same refusal listed the keys as 'x: ': it now lists
   the released keys' values (the bin labels).
+* Privacy: a LEFT JOIN's ON equalities (``LEFT JOIN lk ON o.cc = lk.v AND o.cid = lk.v AND o.cid2 = lk.v``) made the
+  two people of an order (cid, cid2) one person class, so the order was bounded per cid alone and one person named by
+  the cid2 of many orders moved a count by far more than the sensitivity. A LEFT JOIN keeps its rows matched or not:
+  its ON no longer makes columns one class, and such a join is refused (two owners per row).
 """
 
 from __future__ import annotations
@@ -59,3 +63,50 @@ def test_a_histogram_over_declared_bins_names_its_bins_when_the_conditions_keep_
         with pytest.raises(UnsupportedQueryError, match=r"exclude every declared key \(x: 9\.0\)"):
             s.query("SELECT x, COUNT(*) AS n FROM t GROUP BY x HAVING x > 9.5", epsilon=1.0)
         assert s.remaining() == before and s.history().num_rows == 1
+
+
+# -- a LEFT JOIN's ON proves no two columns equal ------------------------------------------------------------------
+
+
+def _orders_session(with_person_7: bool) -> dpsql.Session:
+    """orders reach customers through cid and cid2 (cid2 mostly NULL). With person 7: customer 7, its order (cid 7)
+    and 30 orders of customers 20..49 whose cid2 is 7 (rows of both of their customers); without: none of these."""
+    cid = [i for i in range(20) if with_person_7 or i != 7] + (list(range(20, 50)) if with_person_7 else [])
+    cid2 = [None] * (20 if with_person_7 else 19) + ([7] * 30 if with_person_7 else [])
+    s = dpsql.Session(budget=Budget(1e9, 0.9))
+    use_noise(s, zero_noise(3))
+    s.register("customer", pa.table({"id": [i for i in range(50) if with_person_7 or i != 7]}), privacy_unit="id")
+    s.register("lk", pa.table({"v": list(range(100)), "name": [f"n{i % 2}" for i in range(100)]}), public=True,
+               columns={"name": {"domain": ["n0", "n1"]}})
+    s.register("orders", pa.table({"oid": list(range(len(cid))), "cid": pa.array(cid, pa.int64()),
+                                   "cid2": pa.array(cid2, pa.int64()), "cc": pa.array(cid, pa.int64())}),
+               references={"cid": "customer.id", "cid2": "customer.id", "cc": "lk.v"},
+               degree_bounds={"cid": 2, "cid2": 2})
+    return s
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT COUNT(*) AS n FROM orders o LEFT JOIN lk ON o.cc = lk.v AND o.cid = lk.v AND o.cid2 = lk.v",
+    "SELECT lk.name, COUNT(*) AS n FROM orders o LEFT JOIN lk ON o.cc = lk.v AND o.cid = lk.v AND o.cid2 = lk.v "
+    "GROUP BY lk.name",
+])
+def test_a_left_joins_on_does_not_make_two_owners_one(sql: str) -> None:
+    """``LEFT JOIN lk ON o.cc = lk.v AND o.cid = lk.v AND o.cid2 = lk.v`` keeps every order, matched or not, but its
+    equalities made o.cid and o.cid2 one person class: the orders were bounded per cid only, and person 7, named by
+    the cid2 of 30 orders of other customers, moved the zero-noise count by 31 (19 -> 50), where the Laplace
+    mechanism was calibrated to an L1 sensitivity of 1. Only an inner join's equalities hold in every tuple."""
+    for with_7 in (True, False):
+        with _orders_session(with_7) as s:
+            before = s.remaining()
+            with pytest.raises(dpsql.errors.PolicyError, match="do not each belong to one person"):
+                s.query(sql, epsilon=1.0, delta=0.0, options={"mechanism": "laplace"})
+            assert s.remaining() == before and s.history().num_rows == 0
+
+
+def test_negative_control_an_inner_joins_equalities_make_the_owners_one() -> None:
+    sql = "SELECT COUNT(*) AS n FROM orders o JOIN lk ON o.cc = lk.v AND o.cid = lk.v AND o.cid2 = lk.v"
+    got = []
+    for with_7 in (True, False):
+        with _orders_session(with_7) as s:
+            got.append(s.query(sql, epsilon=1.0, delta=1e-3).to_pylist()[0]["n"])
+    assert got == [0, 0]  # no order has cid = cid2
