@@ -143,8 +143,9 @@ QUERIES: list[tuple[str, str, str, Any]] = [
     ("quoted_names", 'SELECT "region", count(*) AS "N" FROM "persons" GROUP BY "region" ORDER BY "region"', "a", "exact"),
     ("where_key_or_other", "SELECT region, COUNT(*) AS n FROM persons WHERE region = 'north' OR age > 80 "
      "GROUP BY region ORDER BY region", "a", "exact"),
+    # NOT IN with a NULL keeps no row (plain SQL's answer is empty whatever the data): refused for free, as LIMIT 0
     ("where_key_not_in_null", "SELECT region, COUNT(*) AS n FROM persons WHERE region NOT IN ('north', NULL) "
-     "GROUP BY region", "a", "exact"),
+     "GROUP BY region", "b", "check the conditions against the declared domains"),
     ("where_key_like", "SELECT region, COUNT(*) AS n FROM persons WHERE region LIKE 'n%' OR region LIKE 's%' "
      "GROUP BY region ORDER BY region", "a", "exact"),
     ("group_mixed_keys", "SELECT page, kind, COUNT(*) FROM events GROUP BY page, kind ORDER BY 1, 2", "a", "exact"),

@@ -19,10 +19,10 @@ What the plan states (all public):
 * the **user slots**: every way a join tuple reaches a person -- an input's own privacy unit,
   a foreign key to a person table's privacy unit, or a chain of foreign keys ending at one,
   followed transitively through every table, person tables included (``orders -> customer ->
-  salesrep``: the customer's representative is a user of the order too). Slots that the join's
+  salesrep``: the customer's representative is a user of the order too). Slots that the inner joins'
   equalities prove equal (e.g. ``orders.o_custkey = customer.c_custkey``; a chain
   ``lineitem.l_orderkey -> orders`` whose first hop is the join's own ``l_orderkey =
-  o_orderkey``) are one *person class*;
+  o_orderkey``) are one *person class* (a LEFT JOIN's ON proves nothing equal: its rows are kept matched or not);
 * **single owner** when there is one person class (every tuple belongs to one person);
 * **Delta**, the most join tuples one person can be in, derived from public bounds only:
   per column, the most rows of its table that share one value -- 1 for a key (a reference's
@@ -700,8 +700,11 @@ class _JoinBuilder:
             conds = self.add_conditions(j, k + 1)
             self.check_left(j, conds)
             conditions += conds
+        # columns that hold one value in every tuple: an inner join's ON equalities, not a LEFT JOIN's (its rows are kept
+        # matched or not: LEFT JOIN lk ON o.cid = lk.v AND o.cid2 = lk.v leaves cid and cid2 two people)
         for a, b in conditions:
-            self.uf.union(a, b)
+            if not {a.split(SEP)[0], b.split(SEP)[0]} & set(self.left):
+                self.uf.union(a, b)
         # the join graph must be connected (no hidden cross join)
         comp = _UnionFind()
         for i in self.inputs:
