@@ -439,14 +439,14 @@ def _check_on_keys(backend: _Runs, plan: ir.QueryPlan, aggregate_types: dict[str
     on_keys = _keys_only(plan)
     if on_keys is not None and plan.aggregates:
         # the release lists the declared keys the WHERE's conditions on them (and HAVING's on the keys alone) keep:
-        # when they keep none, it has no row whatever the data, and would be charged for nothing (as DAWA's histogram
+        # when they keep none, it has no row whatever the data, and would be charged for nothing (as a range histogram
         # whose WHERE keeps no bin, LIMIT 0)
         # evaluated as the release evaluates them (under TRY): a key on which a condition fails (CAST(c AS INTEGER) on
         # 'x') is dropped there, the others kept
         only = dataclasses.replace(plan, having=on_keys, order=[], qualify=None, limit=None, offset=None)
         kept = backend.post_process(pa.table(values), lambda rel: post_ast(only, exp.to_table(rel), [], total=True))
         if kept.num_rows == 0:
-            # the released keys' values (a declared domain, or DAWA's bin labels, which no domain lists)
+            # the released keys' values (a declared domain, or a range histogram's bin labels, which no domain lists)
             listed = {k.name: list(dict.fromkeys(key_domain.column(k.name).to_pylist())) for k in plan.keys}
             domains = "; ".join(f"{k.sql}: {', '.join(repr(v) if isinstance(v, str) else str(v) for v in listed[k.name][:5])}"
                                 + (", ..." if len(listed[k.name]) > 5 else "") for k in plan.keys)
@@ -455,7 +455,7 @@ def _check_on_keys(backend: _Runs, plan: ir.QueryPlan, aggregate_types: dict[str
                 "would have no row whatever the data, and be charged for nothing; nothing was charged",
                 hint="check the conditions against the declared domains (explain lists the keys); a row whose key is "
                 "not declared is in no group: group by an expression of the column, e.g. COALESCE(c, 'none'), to "
-                "count such rows (the sparse histogram answers it)")
+                "count such rows (its keys are then released above a noisy threshold)")
 
 
 def _keys_only(plan: ir.QueryPlan) -> exp.Expression | None:
