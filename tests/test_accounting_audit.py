@@ -293,12 +293,18 @@ def test_dawa_split_and_stage1_scales() -> None:
         assert scale <= want * (1 + 1e-3)
 
 
-def test_s4s_paper_schedule_from_explain() -> None:
+def _customers_and_orders(degree: int) -> dpsql.Session:
+    """40 customers, 400 orders (10 each), the orders' degree bound per customer ``degree``; no ledger."""
     cust = pa.table({"id": list(range(40))})
     orders = pa.table({"oid": list(range(400)), "customer_id": [i % 40 for i in range(400)]})
     s = dpsql.Session(ledger=None, budget=dpsql.Budget(epsilon=10, delta=0))
     s.register("customers", cust, privacy_unit="id", max_groups_per_unit=1)
-    s.register("orders", orders, references={"customer_id": "customers.id"}, degree_bounds={"customer_id": 16})
+    s.register("orders", orders, references={"customer_id": "customers.id"}, degree_bounds={"customer_id": degree})
+    return s
+
+
+def test_s4s_paper_schedule_from_explain() -> None:
+    s = _customers_and_orders(degree=16)
     p = s.explain("SELECT COUNT(*) FROM orders o JOIN customers c ON o.customer_id = c.id", epsilon=1.0,
                   options={"tau_base": 2}).parameters
     q, big_d = p["q"], p["Delta"]
@@ -327,11 +333,7 @@ def test_r2t_schedule_and_its_bias_label(opts: dict, log_arg: str) -> None:
     """R2T (spec §3.3): τ_j = b^j, j = 1..L, L least with b^L ≥ GS; Lap(Lτ_j/ε); bias Lτ_j ln(L/β)/ε, in
     both bases. The paper's ln(3L/β) belongs to DP-S4S's Algorithm 2, not to R2T: with ``tau_base=2`` explain
     said "ln(3L/beta)" for R2T while its numbers are ln(L/β) (τ = 2, L = 7: 59.479 = 14 ln 70, not 14 ln 210)."""
-    cust = pa.table({"id": list(range(40))})
-    orders = pa.table({"oid": list(range(400)), "customer_id": [i % 40 for i in range(400)]})
-    s = dpsql.Session(ledger=None, budget=dpsql.Budget(epsilon=10, delta=0))
-    s.register("customers", cust, privacy_unit="id", max_groups_per_unit=1)
-    s.register("orders", orders, references={"customer_id": "customers.id"}, degree_bounds={"customer_id": 100})
+    s = _customers_and_orders(degree=100)
     p = s.explain("SELECT COUNT(*) FROM orders o JOIN customers c ON o.customer_id = c.id", epsilon=1.0,
                   options=opts).parameters
     base = float(opts.get("tau_base", 5.5))
