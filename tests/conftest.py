@@ -271,6 +271,51 @@ def stepped_signal(n: int, files: set[str], signum: int = 2) -> Any:
     return tracer
 
 
+def signal_at_a_new_place(tried: set[Any], files: set[str], phase: Any, signum: int = 2) -> Any:
+    """A tracer (for ``sys.settrace``, set in the frame that makes the call to step through) that sends the main thread
+    ``signum`` at the first signal point (as :func:`stepped_signal` counts them) whose place is not in ``tried``, and
+    adds it there; ``sent[0]`` says whether it did. A place is the point's code position, the call sites of its callers
+    in ``files`` (up to the frame that set the tracer) and ``phase()`` (e.g. the number of ledger writes so far): the
+    same place again is the same code reached by the same path in the same ledger state, i.e. another iteration of a
+    loop (one per column, item or grouping) or another call from the same call site. Stepping until a call runs to
+    its end without a signal sends one at every distinct place once."""
+    import dis
+    import signal
+
+    sent = [False]
+    last: dict[int, str] = {}
+    top = sys._getframe(1)
+
+    def place(frame: Any) -> tuple[Any, ...]:
+        sites = []
+        while frame is not None and frame is not top:
+            if frame.f_code.co_filename in files:
+                sites.append((frame.f_code, frame.f_lasti))
+            frame = frame.f_back
+        return (phase(), *sites)
+
+    def local(frame: Any, event: str, arg: Any) -> Any:
+        if event == "opcode":
+            name = dis.opname[frame.f_code.co_code[frame.f_lasti]]
+            if not sent[0] and (name in ("RESUME", "JUMP_BACKWARD") or last.get(id(frame)) in ("CALL", "CALL_FUNCTION_EX")):
+                key = place(frame)
+                if key not in tried:
+                    tried.add(key)
+                    sent[0] = True
+                    signal.raise_signal(signum)  # its handler runs here, as Python would run it at this point
+            last[id(frame)] = name
+        return local
+
+    def tracer(frame: Any, event: str, arg: Any) -> Any:
+        if frame.f_code.co_filename not in files:
+            return None
+        frame.f_trace_opcodes = True
+        return local
+
+    tracer.sent = sent  # type: ignore[attr-defined]
+    return tracer
+
+
 def run_alone(request: pytest.FixtureRequest) -> bool:
     """Run this test again in a fresh interpreter (True: it ran there and passed). Stepping SIGINT through every
     line under ``sys.settrace`` crashed CPython 3.11 (a segmentation fault in the main thread) in a test process

@@ -74,3 +74,13 @@ def test_the_check_sees_a_module_the_command_imports(tmp_path: Path) -> None:
     mods = _query_modules(tmp_path, ["query", "SELECT MEDIAN(amount) AS m FROM events", "--epsilon", "0.5",
                                      "-o", str(tmp_path / "m.parquet")])
     assert {"pyarrow.parquet", "dpsql.mechanisms.quantile", "dpsql._output"} <= mods
+
+
+def test_a_count_at_delta_zero_does_not_load_scipy_special(tmp_path: Path) -> None:
+    """Laplace (pure ε) draws its noise without SciPy: scipy.special (about 0.3 s of CPU to import) is loaded only by
+    the Gaussian's sampling and calibration, so an ε-only command (most of an ETL job's) does not pay for it. The
+    same count at δ > 0 loads it (negative control)."""
+    pure = _query_modules(tmp_path / "pure", ["query", SQL, "--epsilon", "0.5"])
+    assert "dpsql.mechanisms.basic" in pure and "scipy.special" not in pure
+    gaussian = _query_modules(tmp_path / "gaussian", ["query", SQL, "--epsilon", "0.5", "--delta", "1e-6"])
+    assert "scipy.special" in gaussian

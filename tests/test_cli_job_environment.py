@@ -11,6 +11,8 @@ and a locale whose encoding cannot name the files (PYTHONUTF8=0 under LC_ALL=C).
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import subprocess
@@ -22,13 +24,23 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import child_env
 
+from dpsql.cli import main
+
 
 @pytest.fixture
 def data(tmp_path: Path) -> Path:
     pq.write_table(pa.table({"uid": list(range(100))}), tmp_path / "t.parquet")
     pq.write_table(pa.table({"uid": list(range(100))}), tmp_path / "données.parquet")
-    assert _dpsql(tmp_path, "--ledger", "l.duckdb", "init", "--epsilon", "10").returncode == 0
+    assert _in_process(tmp_path, "init", "--epsilon", "10")[0] == 0  # (only the commands under test need a process)
     return tmp_path
+
+
+def _in_process(cwd: Path, *argv: str) -> tuple[int, str, str]:
+    """``dpsql --ledger <cwd>/l.duckdb ARGV`` run in this process: exit code, standard output, standard error."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["--ledger", str(cwd / "l.duckdb"), *argv])
+    return code, out.getvalue(), err.getvalue()
 
 
 def _dpsql(cwd: Path, *argv: str, env: dict[str, str] | None = None, **kw: object) -> subprocess.CompletedProcess[str]:
@@ -38,9 +50,9 @@ def _dpsql(cwd: Path, *argv: str, env: dict[str, str] | None = None, **kw: objec
 
 
 def _entries(cwd: Path) -> int:
-    p = _dpsql(cwd, "--ledger", "l.duckdb", "budget", "--history", "--format", "json")
-    assert p.returncode == 0, p.stderr
-    return len(json.loads(p.stdout)["entries"])
+    code, out, err = _in_process(cwd, "budget", "--history", "--format", "json")
+    assert code == 0, err
+    return len(json.loads(out)["entries"])
 
 
 QUERY = ("--ledger", "l.duckdb", "--table", "t=t.parquet", "--privacy-unit", "t=uid", "query", "SELECT COUNT(*) AS n FROM t",

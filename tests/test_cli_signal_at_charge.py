@@ -7,6 +7,8 @@ point a signal can land between the charge and the read (a stepped test, in a fr
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import subprocess
 import sys
@@ -16,7 +18,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import child_env, run_alone, stepped_signal
+from conftest import child_env, run_alone, signal_at_a_new_place
+
+from dpsql.cli import main
 
 #: SIGTERM (argv[1]) at ``argv[2]``: ``charge_commit`` just after the charge's COMMIT (held back by the ledger),
 #: ``charged`` when the run enters its guarded part (the ledger has returned the entry), ``none``: no signal
@@ -51,10 +55,11 @@ sys.exit(cli.main(sys.argv[3:]))
 
 @pytest.fixture
 def data(tmp_path: Path) -> Path:
+    """A table and a fresh ledger (created in this process: only the signalled command needs a process of its own)."""
     pq.write_table(pa.table({"uid": list(range(200))}), tmp_path / "t.parquet")
-    p = subprocess.run([sys.executable, "-m", "dpsql.cli", "--ledger", "l.duckdb", "init", "--epsilon", "10"],
-                       cwd=tmp_path, env=child_env(), capture_output=True, text=True, timeout=120)
-    assert p.returncode == 0, p.stderr
+    err = io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+        assert main(["--ledger", str(tmp_path / "l.duckdb"), "init", "--epsilon", "10"]) == 0, err.getvalue()
     return tmp_path
 
 
@@ -65,10 +70,12 @@ def _run(cwd: Path, sig: str, point: str) -> subprocess.CompletedProcess[str]:
 
 
 def _entries(cwd: Path) -> list[dict[str, object]]:
-    b = subprocess.run([sys.executable, "-m", "dpsql.cli", "--ledger", "l.duckdb", "budget", "--history", "--format",
-                        "json"], cwd=cwd, env=child_env(), capture_output=True, text=True, timeout=120)
-    assert b.returncode == 0, b.stderr
-    return json.loads(b.stdout)["entries"]  # type: ignore[no-any-return]
+    """The ledger's entries, as ``dpsql budget --history --format json`` prints them (read in this process)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["--ledger", str(cwd / "l.duckdb"), "budget", "--history", "--format", "json"])
+    assert code == 0, err.getvalue()
+    return json.loads(out.getvalue())["entries"]  # type: ignore[no-any-return]
 
 
 @pytest.mark.parametrize("sig, words", [("SIGTERM", "terminated (SIGTERM)"), ("SIGINT", "interrupted"),
@@ -98,41 +105,57 @@ def test_ctrl_c_at_every_point_after_the_charge_names_the_entry_as_the_ledger_ha
     the ledger holds an entry of this query from which nothing was released, the KeyboardInterrupt names it with
     the status the ledger records (reserved: cut short before or at the private read; failed: marked so); never an
     entry it does not have; and once the entry reads released, it carries the answer (``e.release``), up to the
-    call's last step (it was lost when Ctrl-C came after the release was built, as Session.query returned it)."""
+    call's last step (it was lost when Ctrl-C came after the release was built, as Session.query returned it).
+
+    Each distinct place is tried once (``conftest.signal_at_a_new_place``): a point's code position, with its callers'
+    call sites and the number of ledger writes made so far. A point at the same place again is another iteration of
+    the same loop, or another call from the same call site, with the ledger unchanged since: the same code, reached
+    the same way, with the same entry (or none) in the same status, so the same outcome is expected. That is what
+    the ROLLUP's second grouping and the per-column and per-item loops repeat (of the ROLLUP's 775 points, 493 are
+    distinct places; of the COUNT's, all); the ledger's writes (the charge, the release) each start a new phase, so
+    every point before, between and after them stays, and so does every position reached by another path."""
     if run_alone(request):
         return
     import dpsql.charge
     import dpsql.groupings
     import dpsql.session
+    from dpsql.ledger import _store
 
     pq.write_table(pa.table({"uid": list(range(50)), "g": [i % 3 for i in range(50)]}), tmp_path / "t.parquet")
     files = {dpsql.session.__file__, dpsql.charge.__file__, dpsql.groupings.__file__}
-    n, named = 0, dict[str, int]()
-    with dpsql.Session(ledger=str(tmp_path / "l.duckdb"), budget=dpsql.Budget(1e6), create=True) as s:
-        s.register("t", str(tmp_path / "t.parquet"), privacy_unit="uid", columns={"g": {"domain": [0, 1, 2]}})
-        while True:
-            n += 1
+    writes, tried, named = [0], set[object](), dict[str, int]()
+    _store._HOOKS["before_marker"] = lambda path: writes.__setitem__(0, writes[0] + 1)  # after each write's COMMIT
+    try:
+        with dpsql.Session(ledger=str(tmp_path / "l.duckdb"), budget=dpsql.Budget(1e6), create=True) as s:
+            s.register("t", str(tmp_path / "t.parquet"), privacy_unit="uid", columns={"g": {"domain": [0, 1, 2]}})
             before = s.history().num_rows
-            tracer = stepped_signal(n, files)
-            answered = None
-            sys.settrace(tracer)
-            try:
-                s.query(sql, epsilon=1)
-                answered = True
-            except KeyboardInterrupt as e:
-                sys.settrace(None)
-                h = s.history().to_pylist()[before:]
-                if h and h[0]["status"] == "released":  # the paid answer is never lost: the interrupt carries it
-                    assert getattr(e, "release", None) is not None and e.release.ledger_id == h[0]["entry_id"], (n, h)
-                    named["released"] = named.get("released", 0) + 1
-                elif h:  # charged, nothing released: the entry is named as it is, and no answer comes with it
-                    assert getattr(e, "ledger_entry", None) == (h[0]["entry_id"], h[0]["status"]), (n, h)
-                    assert getattr(e, "release", None) is None, (n, h)
-                    named[h[0]["status"]] = named.get(h[0]["status"], 0) + 1
-                elif not h:
-                    assert getattr(e, "ledger_entry", None) is None and getattr(e, "release", None) is None, n
-            finally:
-                sys.settrace(None)
-            if answered and tracer.seen[0] < n:  # every point was tried
-                break
+            while True:
+                writes[0] = 0
+                tracer = signal_at_a_new_place(tried, files, lambda: writes[0])
+                answered = None
+                sys.settrace(tracer)
+                try:
+                    s.query(sql, epsilon=1)
+                    answered = True
+                except KeyboardInterrupt as e:
+                    sys.settrace(None)
+                    h = s.history().to_pylist()[before:]
+                    if h and h[0]["status"] == "released":  # the paid answer is never lost: the interrupt carries it
+                        assert getattr(e, "release", None) is not None and e.release.ledger_id == h[0]["entry_id"], h
+                        named["released"] = named.get("released", 0) + 1
+                    elif h:  # charged, nothing released: the entry is named as it is, and no answer comes with it
+                        assert getattr(e, "ledger_entry", None) == (h[0]["entry_id"], h[0]["status"]), h
+                        assert getattr(e, "release", None) is None, h
+                        named[h[0]["status"]] = named.get(h[0]["status"], 0) + 1
+                    elif not h:
+                        assert getattr(e, "ledger_entry", None) is None and getattr(e, "release", None) is None, h
+                    before += len(h)
+                finally:
+                    sys.settrace(None)
+                if answered:
+                    before = s.history().num_rows
+                if answered and not tracer.sent[0]:  # every place was tried
+                    break
+    finally:
+        _store._HOOKS.pop("before_marker", None)
     assert all(named.get(k, 0) >= 2 for k in ("reserved", "failed", "released")), named  # every window was reached
