@@ -411,6 +411,18 @@ def choices_over_salts(plan: ir.QueryPlan, caps: Caps, data: pa.Table, n: int, t
     con.register(source_name(plan.table.name), data)
     base = bounded_sql(plan, caps, "@@SALT@@", **({"ops": ops} if ops is not None else {}))
     out: dict[int, list[Any]] = {i: [] for i in range(n)}
+    if "RANDOM()" not in base and base.count("'@@SALT@@'") == base.count("@@SALT@@"):
+        # no per-row draw: each trial is a function of its salt alone, so one query runs them all, the salt a
+        # column of a LATERAL join (the same text '<tag>-<i>', ~50 times less CPU than a UNION ALL of n
+        # plans); the first and last trials are checked against their own query
+        salted = base.replace("'@@SALT@@'", f"('{tag}-' || CAST(s.i AS VARCHAR))")
+        for r in con.sql(f"SELECT s.i AS trial, q.* FROM range({n}) AS s(i), LATERAL ({salted}) AS q").to_arrow_table().to_pylist():
+            out[r["trial"]].append(r)
+        for i in {0, n - 1}:
+            alone = [{"trial": i, **r} for r in con.sql(base.replace("@@SALT@@", f"{tag}-{i}")).to_arrow_table().to_pylist()]
+            assert sorted(map(repr, alone)) == sorted(map(repr, out[i])), (i, alone, out[i])
+        con.close()
+        return [out[i] for i in range(n)]
     batch = 25  # DuckDB plans a UNION ALL of a few dozen branches faster per branch than one of 150
     for start in range(0, n, batch):
         parts = [

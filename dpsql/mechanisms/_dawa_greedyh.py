@@ -492,12 +492,18 @@ class HierarchicalStrategy:
         children's estimates); top-down, the parent's final estimate minus the children's sum is
         distributed to the children in proportion to their variances. Group totals are then split
         over the group's buckets in proportion to bucket length (uniform expansion).
+
+        Each level may also be a (segments, B) array of B independent measurement sets: the result is
+        then (buckets, B), column j the estimate from column j (the map is linear and column-wise).
         """
-        final = self._group_estimates([np.asarray(zd, dtype=np.float64)[:, None] for zd in z])[:, 0]
+        zs = [np.asarray(zd, dtype=np.float64) for zd in z]
+        batched = bool(zs) and zs[0].ndim == 2
+        final = self._group_estimates(zs if batched else [zd[:, None] for zd in zs])
         lens = self.bucket_lengths.astype(np.float64)
         counts = np.diff(self.group_first_bucket, append=self.n_buckets)
         glen = np.add.reduceat(lens, self.group_first_bucket)
-        return np.repeat(final / glen, counts) * lens
+        out = np.repeat(final / glen[:, None], counts, axis=0) * lens[:, None]
+        return out if batched else out[:, 0]
 
     def _group_estimates(self, z: Sequence[np.ndarray]) -> np.ndarray:
         """Least-squares group totals (K, B) from measurements given per level as (segments, B) arrays
