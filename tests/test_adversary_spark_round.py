@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pyarrow as pa
@@ -218,6 +220,36 @@ def test_substring_searches_spark_multiplies_are_refused_free(spark, duck):
     assert kind == "error" and cls == "UnsupportedQueryError" and "substring searches" in msg
 
 
+@contextmanager
+def _refused_by_the_rendering(monkeypatch: pytest.MonkeyPatch, s: dpsql.Session) -> Iterator[list[Exception]]:
+    """The UnsupportedQueryErrors the Spark rendering (``SparkBackend.render``, in Python) raised meanwhile; and no
+    SQL reached Spark meanwhile (its ``sql`` fails the test): the query itself is refused before Spark sees it, as
+    rendering it apart showed (one routing and one lowering of a huge query, not two)."""
+    from dpsql.engine.spark import SparkBackend
+
+    refusals: list[Exception] = []
+    render = SparkBackend.render
+
+    def spy(engine: Any, ast: Any, **kw: Any) -> str:
+        try:
+            return render(engine, ast, **kw)
+        except UnsupportedQueryError as e:
+            refusals.append(e)
+            raise
+
+    given: list[Any] = []
+
+    def no_sql(*a: Any, **kw: Any) -> Any:
+        given.append(a)
+        raise AssertionError("Spark was given SQL to analyse")
+
+    with monkeypatch.context() as m:
+        m.setattr(SparkBackend, "render", spy)
+        m.setattr(s._engine.spark, "sql", no_sql)
+        yield refusals
+    assert not given, "Spark was given SQL to analyse"
+
+
 def _doubled(base: str, k: int) -> str:
     """A CTE chain that doubles ``base`` k times (2^k copies, within the merged query's 20 000 nodes; by greatest(),
     which builds no text: a chain of ``||`` builds more than an expression may, MAX_TEXT_BUILT)."""
@@ -226,16 +258,15 @@ def _doubled(base: str, k: int) -> str:
     return "WITH " + ", ".join(ctes) + f" SELECT COUNT(*) FROM a{k} WHERE length(d) > 3"
 
 
-def test_an_expression_whose_spark_form_is_huge_is_refused_free(spark, duck):
+def test_an_expression_whose_spark_form_is_huge_is_refused_free(spark, duck, monkeypatch):
     """A DOUBLE written as text is about 500 nodes in Spark's form: 256 copies (a CTE chain of 8 doublings, allowed
     by the merge's limit; DuckDB answers in about 2 s) were 131 000 nodes, which Spark took 206 s to analyse
     before the charge and 60 s to plan and run after it (a statement time-out below that failed after the
     charge). Now refused before Spark sees it, free, on the query alone."""
     sql = _doubled("CAST(amount AS VARCHAR)", 8)
-    r = spark._route(sql, 1.0, 1e-5, None)
-    with pytest.raises(UnsupportedQueryError, match="Spark form"):
-        spark._engine.render(r.mechanism.bounded(r.calibration, "s", spark._engine.ops))
-    kind, (cls, msg) = _outcome(spark, sql)
+    with _refused_by_the_rendering(monkeypatch, spark) as refusals:
+        kind, (cls, msg) = _outcome(spark, sql)
+    assert len(refusals) == 1 and "Spark form" in str(refusals[0])
     assert kind == "error" and cls == "UnsupportedQueryError" and "nothing was run or charged" in msg
     assert _outcome(duck, sql)[0] == "ok"
     # negative control: a chain of plain text is as small on Spark, and answered (16 copies: a comparison of two
@@ -268,7 +299,7 @@ def test_hostile_views_fail_only_before_the_charge_and_never_quote_a_cell(spark,
         assert s[1][0] == "UnsupportedQueryError", s
 
 
-def test_a_spark_form_that_grows_past_the_limit_is_refused_before_spark_analyses_it(spark, duck):
+def test_a_spark_form_that_grows_past_the_limit_is_refused_before_spark_analyses_it(spark, duck, monkeypatch):
     """32 copies of a DOUBLE written as text are 16 400 nodes in Spark's form, under the 50 000-node limit of one
     expression, and Spark's analysis (before the charge) took about 0.6 ms of CPU per node: 10 s here, 20 s for 64
     copies. The lowering's growth (nodes it adds to the query, MAX_SPARK_GROWTH) is now limited: refused by the
@@ -276,11 +307,9 @@ def test_a_spark_form_that_grows_past_the_limit_is_refused_before_spark_analyses
     from dpsql.engine.spark_ops import MAX_SPARK_GROWTH
 
     sql = _doubled("CAST(amount AS VARCHAR)", 5)
-    r = spark._route(sql, 1.0, 1e-5, None)
-    ast = r.mechanism.bounded(r.calibration, "s", spark._engine.ops)
-    with pytest.raises(UnsupportedQueryError, match=f"more than {MAX_SPARK_GROWTH:,} parts"):
-        spark._engine.render(ast)
-    kind, (cls, msg) = _outcome(spark, sql)
+    with _refused_by_the_rendering(monkeypatch, spark) as refusals:
+        kind, (cls, msg) = _outcome(spark, sql)
+    assert len(refusals) == 1 and f"more than {MAX_SPARK_GROWTH:,} parts" in str(refusals[0])
     assert kind == "error" and cls == "UnsupportedQueryError" and "nothing was run or charged" in msg
     assert _outcome(duck, sql)[0] == "ok"
     # negative control: 8 copies (about 4 000 added nodes) are answered
