@@ -344,20 +344,19 @@ class DuckDBBackend:
                 if self._owned:
                     self._con.close()
                 raise
-        if self._owned:  # a caller's connection keeps its own setting: private reads turn it off and back (_limited)
-            self._con.execute("SET enable_progress_bar = false")
         self._spill = self.settings.temp_directory or os.path.join(
             tempfile.gettempdir(), f"dpsql-spill-{os.getpid()}-{secrets.token_hex(6)}")
-        if self._owned:
-            for name, value in self._limits():
-                self._con.execute(f"SET {name} = {_sql_str(value)}")
-            # results of the bounded queries have no order to keep: lets DuckDB stream and spill freely
-            self._con.execute("SET preserve_insertion_order = false")
-            # a TIMESTAMPTZ's text (a key cast to VARCHAR) in UTC, as on Spark, not in the machine's time zone
-            self._con.execute("SET TimeZone = 'UTC'")
-            # no plan of this connection reads the rows' statistics (STATISTICS_OPTIMIZERS): set once
-            # here rather than around every private read (three statements a query)
-            self._con.execute(f"SET disabled_optimizers = {_sql_str(', '.join(STATISTICS_OPTIMIZERS))}")
+        if self._owned:  # a caller's connection keeps its own settings: private reads change them and back (_limited)
+            self._con.execute("; ".join([  # one call, the statements in this order (each costs a call of its own)
+                "SET enable_progress_bar = false",
+                *(f"SET {name} = {_sql_str(value)}" for name, value in self._limits()),
+                # results of the bounded queries have no order to keep: lets DuckDB stream and spill freely
+                "SET preserve_insertion_order = false",
+                # a TIMESTAMPTZ's text (a key cast to VARCHAR) in UTC, as on Spark, not in the machine's time zone
+                "SET TimeZone = 'UTC'",
+                # no plan of this connection reads the rows' statistics (STATISTICS_OPTIMIZERS): set once
+                # here rather than around every private read (three statements a query)
+                f"SET disabled_optimizers = {_sql_str(', '.join(STATISTICS_OPTIMIZERS))}"]))
 
     def render(self, ast: exp.Expression, *, pretty: bool = False) -> str:
         """SQL text of ``ast`` for DuckDB, rendered strictly (``dpsql.rewrite.render``)."""
