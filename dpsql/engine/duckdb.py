@@ -1322,7 +1322,7 @@ class DuckDBBackend:
 
     def describe(self, ast: exp.Expression) -> list[tuple[str, str]]:
         """(column, type) of a query's result, by binding it only (no row is read)."""
-        return [(str(r[0]), str(r[1])) for r in self._bind(exp.Describe(this=ast.copy()))]
+        return [(str(r[0]), str(r[1])) for r in self._bind(ast, describe=True)]
 
     def check_connection(self) -> None:
         """Refuse (free) a caller's connection on which a private read cannot run: one that logs every statement
@@ -1370,16 +1370,22 @@ class DuckDBBackend:
         ``run=True`` executes it instead, for queries over public, one-row placeholder relations
         only (it also catches constant-conversion errors that binding alone lets through).
         """
-        self._bind(ast.copy() if run else exp.Describe(this=ast.copy()))
+        self._bind(ast, describe=not run)
 
-    def _bind(self, ast: exp.Expression) -> list[Any]:
+    def _bind(self, ast: exp.Expression, *, describe: bool) -> list[Any]:
+        """Run ``ast`` (``describe``: ``DESCRIBE`` of it, which binds it only). The text is rendered once from one copy
+        of ``ast`` (the text of ``exp.Describe(this=ast)`` is ``DESCRIBE`` and the query's text). On the engine's own
+        connection the statement is executed directly: a relation (``sql``) bound it once more before running it."""
         # binding reads schemas only: the exception class is public, DuckDB's text is not shown
         failure: QueryTypeError | ConfigError | None = None
         with self._lock:
             try:
                 if not self._owned:  # the bound query's text holds the query's secret salt
                     _refuse_query_log(self._con.sql("SELECT current_setting('log_query_path')").fetchall()[0][0])
-                return self._con.sql(self._render(ast)).fetchall()
+                sql = ("DESCRIBE " if describe else "") + self._render(ast)
+                if self._owned:  # no other caller's result on this connection to keep apart from
+                    return self._con.execute(sql).fetchall()
+                return self._con.sql(sql).fetchall()
             except (duckdb.Error, RuntimeError) as e:
                 if interrupted_by_signal(e):  # Ctrl-C while DuckDB bound the query: a KeyboardInterrupt
                     raise KeyboardInterrupt from None
