@@ -153,6 +153,7 @@ def test_the_engines_own_connection_starts_and_binds_in_few_calls(monkeypatch: p
     backend = DuckDBBackend(None)
     try:
         assert calls.count("execute") + calls.count("sql") <= 3, calls  # which settings exist, memory_limit, the SETs
+        assert backend._icu and backend._follower  # the settings it pins and reads are found (current_setting)
         shown = dict(backend._con.execute(
             "SELECT name, value FROM duckdb_settings() WHERE name IN ('TimeZone', 'preserve_insertion_order', "
             "'enable_progress_bar', 'autoload_known_extensions', 'default_null_order', 'disabled_optimizers')").fetchall())
