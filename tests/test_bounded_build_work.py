@@ -123,6 +123,8 @@ def test_the_analysis_renders_each_aggregate_call_once_for_its_spelling() -> Non
 class _CallsCounted:
     """A DuckDB connection whose calls are counted by method name (the engine's own connection, seen from outside)."""
 
+    texts: list[str] = []  # the statements' texts, of every such connection
+
     def __init__(self, con: Any, calls: list[str]) -> None:
         self._con, self._calls = con, calls
 
@@ -133,14 +135,16 @@ class _CallsCounted:
 
         def call(*args: Any, **kwargs: Any) -> Any:
             self._calls.append(name)
+            self.texts.append(str(args[0]) if args else "")
             return attr(*args, **kwargs)
         return call
 
 
 def test_the_engines_own_connection_starts_and_binds_in_few_calls(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every call on a DuckDB connection costs its own round trip: the engine's own connection gets its settings in
-    one call of all its SET statements (before: one call each, about 20), and a bind check of a bounded query is
-    one statement (``DESCRIBE`` and the query's text, rendered once), executed directly, not through a relation
+    one call of all its SET statements (before: one call each, about 20) and finds the settings it pins with
+    ``current_setting`` (not ``duckdb_settings()``, which computes every setting); a bind check of a bounded query
+    is one statement (``DESCRIBE`` and the query's text, rendered once), executed directly, not through a relation
     (``sql``) that binds it once more before running it. The settings and the described types are the same."""
     import duckdb
 
@@ -154,6 +158,7 @@ def test_the_engines_own_connection_starts_and_binds_in_few_calls(monkeypatch: p
     try:
         assert calls.count("execute") + calls.count("sql") <= 3, calls  # which settings exist, memory_limit, the SETs
         assert backend._icu and backend._follower  # the settings it pins and reads are found (current_setting)
+        assert not any("duckdb_settings" in t for t in _CallsCounted.texts), _CallsCounted.texts  # ~6 ms a call
         shown = dict(backend._con.execute(
             "SELECT name, value FROM duckdb_settings() WHERE name IN ('TimeZone', 'preserve_insertion_order', "
             "'enable_progress_bar', 'autoload_known_extensions', 'default_null_order', 'disabled_optimizers')").fetchall())
