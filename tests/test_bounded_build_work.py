@@ -118,3 +118,60 @@ def test_the_analysis_renders_each_aggregate_call_once_for_its_spelling() -> Non
         exp.Expression.sql = original  # type: ignore[method-assign]
     assert [a.kind for a in plan.aggregates] == ["sum", "avg", "count_star"]
     assert rendered["Sum"] == rendered["Avg"] == rendered["Count"] == 2, rendered
+
+
+class _CallsCounted:
+    """A DuckDB connection whose calls are counted by method name (the engine's own connection, seen from outside)."""
+
+    texts: list[str] = []  # the statements' texts, of every such connection
+
+    def __init__(self, con: Any, calls: list[str]) -> None:
+        self._con, self._calls = con, calls
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._con, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self._calls.append(name)
+            self.texts.append(str(args[0]) if args else "")
+            return attr(*args, **kwargs)
+        return call
+
+
+def test_the_engines_own_connection_starts_and_binds_in_few_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every call on a DuckDB connection costs its own round trip: the engine's own connection gets its settings in
+    one call of all its SET statements (before: one call each, about 20) and finds the settings it pins with
+    ``current_setting`` (not ``duckdb_settings()``, which computes every setting); a bind check of a bounded query
+    is one statement (``DESCRIBE`` and the query's text, rendered once), executed directly, not through a relation
+    (``sql``) that binds it once more before running it. The settings and the described types are the same."""
+    import duckdb
+
+    import dpsql.engine.duckdb as engine_duckdb
+    from dpsql.engine.duckdb import DuckDBBackend
+
+    calls: list[str] = []
+    connect = duckdb.connect
+    monkeypatch.setattr(engine_duckdb.duckdb, "connect", lambda *a, **k: _CallsCounted(connect(*a, **k), calls))
+    backend = DuckDBBackend(None)
+    try:
+        assert calls.count("execute") + calls.count("sql") <= 3, calls  # which settings exist, memory_limit, the SETs
+        assert backend._icu and backend._follower  # the settings it pins and reads are found (current_setting)
+        assert not any("duckdb_settings" in t for t in _CallsCounted.texts), _CallsCounted.texts  # ~6 ms a call
+        shown = dict(backend._con.execute(
+            "SELECT name, value FROM duckdb_settings() WHERE name IN ('TimeZone', 'preserve_insertion_order', "
+            "'enable_progress_bar', 'autoload_known_extensions', 'default_null_order', 'disabled_optimizers')").fetchall())
+        assert shown["TimeZone"] == "UTC" and shown["preserve_insertion_order"] == "false", shown
+        assert shown["enable_progress_bar"] == "false" and shown["autoload_known_extensions"] == "false", shown
+        assert shown["default_null_order"].lower().startswith("nulls_last") and "statistics_propagation" in shown["disabled_optimizers"], shown
+        backend.register_source("events", "arrow", EVENTS)
+        ast = bounded_query(plan_for("SELECT country, SUM(likes) AS s FROM events GROUP BY country", SPEC), CAPS,
+                            salt="s", unit_column="user_id", ops=backend.ops)
+        del calls[:]
+        described = backend.describe(ast)
+        assert calls == ["execute"], calls
+        assert described == [
+            (str(r[0]), str(r[1])) for r in backend._con.sql("DESCRIBE " + backend.render(ast)).fetchall()]
+    finally:
+        backend.close()

@@ -334,8 +334,7 @@ class DuckDBBackend:
         self._callers: dict[tuple[str, str], str | None] = {}  # a caller's size setting, as shown: its bytes
         # DuckDB's ICU (when loaded) spells a TIMESTAMPTZ in the connection's Calendar (pinned: _limits)
         with self._lock:
-            known = {r[0] for r in self._con.execute("SELECT name FROM duckdb_settings() WHERE name IN "
-                                                     f"('Calendar', {_sql_str(_FOLLOWER[1])})").fetchall()}
+            known = self._settings_known(("Calendar", _FOLLOWER[1]))
             self._icu, self._follower = "Calendar" in known, _FOLLOWER[1] in known
             # the threads of a private read: memory_limit must hold a vector of the longest texts per thread
             try:
@@ -344,20 +343,33 @@ class DuckDBBackend:
                 if self._owned:
                     self._con.close()
                 raise
-        if self._owned:  # a caller's connection keeps its own setting: private reads turn it off and back (_limited)
-            self._con.execute("SET enable_progress_bar = false")
         self._spill = self.settings.temp_directory or os.path.join(
             tempfile.gettempdir(), f"dpsql-spill-{os.getpid()}-{secrets.token_hex(6)}")
+        if self._owned:  # a caller's connection keeps its own settings: private reads change them and back (_limited)
+            self._con.execute("; ".join([  # one call, the statements in this order (each costs a call of its own)
+                "SET enable_progress_bar = false",
+                *(f"SET {name} = {_sql_str(value)}" for name, value in self._limits()),
+                # results of the bounded queries have no order to keep: lets DuckDB stream and spill freely
+                "SET preserve_insertion_order = false",
+                # a TIMESTAMPTZ's text (a key cast to VARCHAR) in UTC, as on Spark, not in the machine's time zone
+                "SET TimeZone = 'UTC'",
+                # no plan of this connection reads the rows' statistics (STATISTICS_OPTIMIZERS): set once
+                # here rather than around every private read (three statements a query)
+                f"SET disabled_optimizers = {_sql_str(', '.join(STATISTICS_OPTIMIZERS))}"]))
+
+    def _settings_known(self, names: tuple[str, ...]) -> set[str]:
+        """Which of the settings ``names`` the connection has. ``duckdb_settings()`` computes every setting's value
+        (about 6 ms a call); on the engine's own connection the usual case, all of them, is asked first of
+        ``current_setting`` (a statement that fails where one is missing, which on a caller's connection would abort
+        the caller's transaction), and ``duckdb_settings()`` answers only where it fails."""
         if self._owned:
-            for name, value in self._limits():
-                self._con.execute(f"SET {name} = {_sql_str(value)}")
-            # results of the bounded queries have no order to keep: lets DuckDB stream and spill freely
-            self._con.execute("SET preserve_insertion_order = false")
-            # a TIMESTAMPTZ's text (a key cast to VARCHAR) in UTC, as on Spark, not in the machine's time zone
-            self._con.execute("SET TimeZone = 'UTC'")
-            # no plan of this connection reads the rows' statistics (STATISTICS_OPTIMIZERS): set once
-            # here rather than around every private read (three statements a query)
-            self._con.execute(f"SET disabled_optimizers = {_sql_str(', '.join(STATISTICS_OPTIMIZERS))}")
+            try:
+                self._con.execute("SELECT " + ", ".join(f"current_setting({_sql_str(n)})" for n in names)).fetchall()
+                return set(names)
+            except duckdb.Error:
+                pass
+        return {r[0] for r in self._con.execute(
+            f"SELECT name FROM duckdb_settings() WHERE name IN ({', '.join(_sql_str(n) for n in names)})").fetchall()}
 
     def render(self, ast: exp.Expression, *, pretty: bool = False) -> str:
         """SQL text of ``ast`` for DuckDB, rendered strictly (``dpsql.rewrite.render``)."""
@@ -1323,7 +1335,7 @@ class DuckDBBackend:
 
     def describe(self, ast: exp.Expression) -> list[tuple[str, str]]:
         """(column, type) of a query's result, by binding it only (no row is read)."""
-        return [(str(r[0]), str(r[1])) for r in self._bind(exp.Describe(this=ast.copy()))]
+        return [(str(r[0]), str(r[1])) for r in self._bind(ast, describe=True)]
 
     def check_connection(self) -> None:
         """Refuse (free) a caller's connection on which a private read cannot run: one that logs every statement
@@ -1371,16 +1383,22 @@ class DuckDBBackend:
         ``run=True`` executes it instead, for queries over public, one-row placeholder relations
         only (it also catches constant-conversion errors that binding alone lets through).
         """
-        self._bind(ast.copy() if run else exp.Describe(this=ast.copy()))
+        self._bind(ast, describe=not run)
 
-    def _bind(self, ast: exp.Expression) -> list[Any]:
+    def _bind(self, ast: exp.Expression, *, describe: bool) -> list[Any]:
+        """Run ``ast`` (``describe``: ``DESCRIBE`` of it, which binds it only). The text is rendered once from one copy
+        of ``ast`` (the text of ``exp.Describe(this=ast)`` is ``DESCRIBE`` and the query's text). On the engine's own
+        connection the statement is executed directly: a relation (``sql``) bound it once more before running it."""
         # binding reads schemas only: the exception class is public, DuckDB's text is not shown
         failure: QueryTypeError | ConfigError | None = None
         with self._lock:
             try:
                 if not self._owned:  # the bound query's text holds the query's secret salt
                     _refuse_query_log(self._con.sql("SELECT current_setting('log_query_path')").fetchall()[0][0])
-                return self._con.sql(self._render(ast)).fetchall()
+                sql = ("DESCRIBE " if describe else "") + self._render(ast)
+                if self._owned:  # no other caller's result on this connection to keep apart from
+                    return self._con.execute(sql).fetchall()
+                return self._con.sql(sql).fetchall()
             except (duckdb.Error, RuntimeError) as e:
                 if interrupted_by_signal(e):  # Ctrl-C while DuckDB bound the query: a KeyboardInterrupt
                     raise KeyboardInterrupt from None
