@@ -284,31 +284,3 @@ def test_a_result_read_in_slices_holds_each_row_once(monkeypatch: pytest.MonkeyP
         assert len(reads) > 3  # not vacuous: more than one slice of the 3 partitions
     finally:
         backend.close()
-
-
-def test_join_releases_are_the_same_on_duckdb_and_spark() -> None:
-    """DP-S4S (scalar and grouped, sampled and clipped, R2T) and lookup joins: the same released table (names,
-    types, keys in order, values bit for bit). (``tests/test_spark_joins.py`` compares their bounded results.)"""
-    from test_spark_joins import GROUPED, fk_data, make
-    from test_spark_joins import QUERIES as JOINS
-
-    data = fk_data()
-    shapes: list[tuple[str, float, dict[str, Any] | None]] = [
-        (JOINS["chain_count_sampled"][0], 0.0, JOINS["chain_count_sampled"][1]),
-        (JOINS["lookup_sum_r2t"][0], 0.0, None),
-        *[(GROUPED[n][0], 1e-5, GROUPED[n][1]) for n in ("clip_year_count", "sampled_two_keys_sum", "r2t_year_sum")],
-        ("SELECT n.n_name AS k, COUNT(*) AS n FROM customer c JOIN nation n ON c.c_nationkey = n.n_nationkey "
-         "GROUP BY n.n_name ORDER BY k", 1e-6, {"mechanism": "sparse_histogram"}),
-    ]
-    sessions = [make("duckdb", data), make("spark", data)]
-    try:
-        problems = {}
-        for sql, delta, options in shapes:
-            d, s = (_release(x, sql, delta, options) for x in sessions)
-            assert d.table.num_rows > 0, sql
-            if diff := _differences(d, s):
-                problems[sql] = diff
-        assert not problems, problems
-    finally:
-        for x in sessions:
-            x.close()
