@@ -19,7 +19,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 import sqlglot
-from _spark import both_engines, column_of, require_spark
+from _spark import both_engines, columns_of, require_spark
 from sqlglot import exp
 
 import dpsql
@@ -56,23 +56,22 @@ def engines() -> Any:
                                       "f": pa.array(vals, pa.float64()).cast(pa.float32(), safe=False)}))
 
 
-def _column(backend: Any, e: exp.Expression) -> list[Any]:
-    return column_of(backend, e)
-
-
 def test_a_double_as_text_is_duckdbs_text(engines: Any) -> None:
     duck, spark = engines
     typed = Typer({"i": "BIGINT", "x": "DOUBLE"}).t(sqlglot.parse_one("SELECT CAST(x AS VARCHAR)", read="duckdb")
                                                    .expressions[0]).expr
-    d, s = _column(duck, typed), _column(spark, typed)
-    vals = doubles()
-    bad = [(v, a, b) for v, a, b in zip(vals, d, s, strict=True) if a != b]
-    assert not bad, bad[:10]
     # a REAL (a FLOAT column, REAL arithmetic) too: DuckDB's shortest digits of the 32-bit value, where Java 17
     # writes '1.50323853E9' for 1503238500.0 and '3.4028235E38' for 3.4028235e+38
     real = Typer({"i": "BIGINT", "f": "FLOAT"}).t(sqlglot.parse_one("SELECT CAST(f * 1 AS VARCHAR)", read="duckdb")
                                                  .expressions[0]).expr
-    rd, rs = _column(duck, real), _column(spark, real)
+    # negative control (below): Spark's own text of the DOUBLE
+    raw = exp.Cast(this=exp.column("x"), to=exp.DataType.build("STRING"))
+    raw.meta["dpsql_dialect"] = "spark"
+    # all of them in one query per engine (one Spark job: its fixed cost is most of a small query's time)
+    (d, rd), (s, rs, native) = columns_of(duck, [typed, real]), columns_of(spark, [typed, real, raw])
+    vals = doubles()
+    bad = [(v, a, b) for v, a, b in zip(vals, d, s, strict=True) if a != b]
+    assert not bad, bad[:10]
     bad = [(v, a, b) for v, a, b in zip(vals, rd, rs, strict=True) if a != b]
     assert not bad, bad[:10]
     assert rd[vals.index(1e23)] == "1e+23" and rd[vals.index(0.1)] == "0.1" and rd[vals.index(1e15)] == "1000000000000000.0"
@@ -81,9 +80,6 @@ def test_a_double_as_text_is_duckdbs_text(engines: Any) -> None:
     assert d[vals.index(1e-5)] == "1e-05" and d[vals.index(1e16)] == "1e+16" and d[vals.index(1e15)] == "1000000000000000.0"
     assert d[-4:] == ["inf", "-inf", "nan", None]
     # negative control: Spark's own text differs
-    raw = exp.Cast(this=exp.column("x"), to=exp.DataType.build("STRING"))
-    raw.meta["dpsql_dialect"] = "spark"
-    native = _column(spark, raw)
     assert native[vals.index(1e23)] == "9.999999999999999E22" != d[vals.index(1e23)]
 
 

@@ -198,7 +198,8 @@ def test_zero_noise_join_releases_are_the_same(duck: dpsql.Session, spark: dpsql
     got: dict[str, list[Any]] = {}
     for s in (duck, spark):
         use_noise(s, zero_noise(23))  # the same salts, in the same order, on both engines
-        for name in ("chain_count_sampled", "chain_sum_two_parts", "lookup_sampled", "path2_sampled"):
+        # (chain_count_sampled: bit for bit in test_join_releases_are_the_same_on_duckdb_and_spark)
+        for name in ("chain_sum_two_parts", "lookup_sampled", "path2_sampled"):
             sql, opts = QUERIES[name]
             r = s.query(sql, epsilon=4.0, options=opts)
             got.setdefault(name, []).append((r.mechanism, r.table.to_pylist()))
@@ -327,8 +328,9 @@ def test_zero_noise_grouped_join_releases_are_the_same(duck: dpsql.Session, spar
         use_noise(s, zero_noise(41))  # the same salts, in the same order, on both engines
     nonzero = 0
     # one query per path (the bounded results of all of them are compared above): clipping with an exact
-    # sum over public keys, Algorithm 5's sample (one person; several people), the unsampled two-part SUM
-    names = ("clip_public_sum_where", "sampled_declared_count", "sampled_path2_label", "r2t_year_sum")
+    # sum over public keys, Algorithm 5's sample (one person; several people); the unsampled two-part SUM
+    # (r2t_year_sum) is compared the same way in test_join_releases_are_the_same_on_duckdb_and_spark
+    names = ("clip_public_sum_where", "sampled_declared_count", "sampled_path2_label")
     for name in names:
         sql, opts, _ = GROUPED[name]
         d, s_ = (x.query(sql, epsilon=4.0, delta=1e-5, options=opts) for x in (duck, spark))
@@ -407,10 +409,39 @@ def test_zero_noise_several_aggregates_are_the_same_on_duckdb_and_spark(duck: dp
     assert dr == pytest.approx(sr, rel=1e-9) and dr["s"] > 0 and dr["a"] > 0
 
 
+#: a lookup's column without a declared domain keeps the join's clipping unless the sparse histogram is asked for
+LOOKUP_SPARSE = ("SELECT n.n_name AS k, COUNT(*) AS n FROM customer c JOIN nation n ON c.c_nationkey = n.n_nationkey "
+                 "GROUP BY n.n_name ORDER BY k")
+
+
+def test_join_releases_are_the_same_on_duckdb_and_spark(duck: dpsql.Session, spark: dpsql.Session) -> None:
+    """DP-S4S (scalar and grouped, sampled and clipped, R2T) and lookup joins: the same released table (mechanism,
+    names, types, keys in order, values bit for bit: ``tests/test_spark_parity_types.py``'s comparison), not
+    trivially zero. (The tests above compare their bounded results.)"""
+    from test_spark_parity_types import _differences, _release
+
+    shapes: list[tuple[str, float, dict[str, Any] | None]] = [
+        (QUERIES["chain_count_sampled"][0], 0.0, QUERIES["chain_count_sampled"][1]),
+        (QUERIES["lookup_sum_r2t"][0], 0.0, None),
+        *[(GROUPED[n][0], 1e-5, GROUPED[n][1]) for n in ("clip_year_count", "sampled_two_keys_sum", "r2t_year_sum")],
+        (LOOKUP_SPARSE, 1e-6, {"mechanism": "sparse_histogram"}),
+    ]
+    problems, trivial = {}, []
+    for sql, delta, options in shapes:
+        d, s = (_release(x, sql, delta, options) for x in (duck, spark))
+        assert d.table.num_rows > 0, sql
+        if diff := _differences(d, s):
+            problems[sql] = diff
+        value = d.table.column_names[-1]  # the released aggregate (after the keys)
+        if not any(r[value] not in (0, None) for r in d.table.to_pylist()):
+            trivial.append(sql)
+    assert not problems, problems
+    assert not trivial  # the released values are not all zero
+    assert d.mechanism == "sparse_histogram"  # the lookup's sparse histogram, as asked (the route of the one-table path)
+
+
 @pytest.mark.parametrize(("sql", "delta", "options"), [
-    # a lookup's column without a declared domain keeps the join's clipping unless the sparse histogram is asked for
-    ("SELECT n.n_name AS k, COUNT(*) AS n FROM customer c JOIN nation n ON c.c_nationkey = n.n_nationkey "
-     "GROUP BY n.n_name ORDER BY k", 1e-6, {"mechanism": "sparse_histogram"}),
+    # (the sparse histogram over a lookup's column: test_join_releases_are_the_same_on_duckdb_and_spark)
     ("SELECT c.c_nationkey AS k, COUNT(*) AS n FROM customer c JOIN nation n ON c.c_nationkey = n.n_nationkey "
      "WHERE n.n_name <> 'B' GROUP BY k ORDER BY k", 0.0, {}),
     ("SELECT COUNT(*) AS n FROM customer c JOIN nation n ON c.c_nationkey = n.n_nationkey WHERE n.n_name <> 'B'", 0.0, {}),
