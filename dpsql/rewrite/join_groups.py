@@ -176,7 +176,7 @@ def _person_total(parts: list[Part], ops: SqlOps) -> exp.Expression:
 
 def clipped_groups(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], owner: ir.UserSlot, clip: float, *, salt: str,
                    ops: SqlOps, caps: Sequence[tuple[str, str, int]]) -> exp.Select:
-    """One row per key: the keys, ``__gid``, ``__c`` = Σ_u trunc(clip_C(v_u)[g]·2^k) (k of :func:`clip_scale`)
+    """One row per key (in no order): the keys, ``__gid``, ``__c`` = Σ_u trunc(clip_C(v_u)[g]·2^k) (k of :func:`clip_scale`)
     and ``__z`` = Σ_t trunc(value_t·2^k0) over the tuples reaching nobody (k0 of :func:`unowned_scale`), both
     exact integers as text (module docstring; ``dpsql.mechanisms.s4s_vector.clipped_totals`` reads them)."""
     parts = parts_of(jp)
@@ -214,8 +214,9 @@ def clipped_groups(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], owner: ir.
     out = (exp.select(*[_col(f"__dom.{k_.name}") for k_ in jp.keys], _col("__dom.__gid"), *texts)
            .from_("__dom", copy=False)
            .join(per_group.subquery("__g", copy=False), on=exp.EQ(this=_col("__dom.__gid"), expression=_col("__g.__gid")),
-                 join_type="left", copy=False)
-           .order_by(_col("__dom.__gid"), copy=False))
+                 join_type="left", copy=False))
+    # no ORDER BY: the release sorts the rows by ``__gid`` (``s4s_vector._domain``, ``clipped_totals``); on Spark a
+    # global sort is one more job (the range partitioning's sample) and one more shuffle per query
     return out.with_("__dom", as_=key_set(jp, catalog), copy=False)
 
 
