@@ -165,3 +165,40 @@ def test_a_local_session_dpsql_starts_has_a_fixed_small_number_of_shuffle_partit
     sc = backend.spark.sparkContext
     if sc.appName == "dpsql" and sc.master == "local[2]":  # this process's context was started by dpsql
         assert backend.spark.conf.get("spark.sql.shuffle.partitions") == "4"
+
+
+def test_a_session_dpsql_starts_keeps_more_compiled_classes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A session dpsql starts itself keeps 2000 compiled operator classes instead of Spark's 100 (a bounded query
+    compiles 20-170, so a few query shapes evicted each other), on a local master and on a cluster's; a caller's
+    running session keeps its own."""
+    import dpsql.engine.spark as spark_engine
+
+    seen: dict[str, str] = {}
+
+    class Builder:
+        def master(self, m: str) -> Builder:
+            seen["master"] = m
+            return self
+
+        def appName(self, n: str) -> Builder:  # noqa: N802 - Spark's name
+            return self
+
+        def config(self, k: str, v: str) -> Builder:
+            seen[k] = v
+            return self
+
+        def getOrCreate(self) -> str:  # noqa: N802 - Spark's name
+            return "session"
+
+    class FakeSession:
+        builder = Builder()
+
+        @staticmethod
+        def getActiveSession() -> None:  # noqa: N802 - Spark's name
+            return None
+
+    monkeypatch.setattr(spark_engine, "_require_pyspark", lambda: FakeSession)
+    for master in ("local[2]", "spark://127.0.0.1:7077"):
+        seen.clear()
+        assert spark_engine.spark_session(master) == "session"
+        assert seen["master"] == master and seen["spark.sql.codegen.cache.maxEntries"] == "2000"

@@ -184,6 +184,10 @@ def _require_pyspark() -> Any:
     return SparkSession
 
 
+#: The compiled-class cache of a session dpsql starts (``spark.sql.codegen.cache.maxEntries``; Spark's default 100).
+CODEGEN_CACHE_ENTRIES = 2000
+
+
 def local_conf(master: str) -> dict[str, str]:
     """Settings of a local SparkContext that dpsql starts itself (:func:`spark_session`), for speed only:
     a fixed number of shuffle partitions (twice the master's threads) instead of Spark's 200, which in
@@ -215,7 +219,11 @@ def spark_session(master: str | None = None, memory: str | None = None) -> Any:
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.session.timeZone", "UTC")
                .config("spark.driver.extraJavaOptions", "-Duser.timezone=UTC")
-               .config("spark.executor.extraJavaOptions", "-Duser.timezone=UTC"))
+               .config("spark.executor.extraJavaOptions", "-Duser.timezone=UTC")
+               # Spark keeps the classes it compiled for a query's operators, 100 by default; a bounded query
+               # compiles 20-170, so a few shapes evicted each other and a query run again compiled anew
+               # (about a tenth of the CPU of a session's repeated shapes). Speed only: no result changes.
+               .config("spark.sql.codegen.cache.maxEntries", str(CODEGEN_CACHE_ENTRIES)))
     heap = False
     if memory is not None:
         m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT])i?B\s*", memory, re.I)
