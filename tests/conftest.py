@@ -25,6 +25,10 @@ from dpsql.testing import seeded_noise, use_noise, zero_noise
 # start-up and first queries took about half the CPU). The JIT tier and the collector change no result
 # (Java's arithmetic is the same in every tier). An environment that sets the variable keeps its own.
 os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+# Every JVM pyspark starts for the tests (also the sessions tests build themselves, which keep Spark's defaults
+# otherwise) keeps 2000 compiled operator classes, as a session dpsql starts does (docs/spark.md): a worker's
+# JVM runs many files' queries, and with Spark's 100 their shapes evicted each other.
+os.environ.setdefault("PYSPARK_SUBMIT_ARGS", "--conf spark.sql.codegen.cache.maxEntries=2000 pyspark-shell")
 
 
 def make_events(n_users: int = 60, seed: int = 7, sentinel: str | None = None) -> pa.Table:
