@@ -190,7 +190,73 @@ LONGEST_FIRST = (
 )
 
 
+#: The extended tests: each is a deeper repeat of a property that a test of the default run also checks, on another
+#: input, engine set-up or sweep density; ``--extended`` runs them too (README, Development). The default run (the
+#: README's test command, CI) keeps every test of the DuckDB engine's privacy, accounting, SQL and ledger, and on Spark
+#: the bounded aggregates of every shape (test_spark.py), the plans' independence of one person (scalar, sparse,
+#: workload and join reads), the engine's operations (test_backend_ops.py[spark]) and its lowering and functions.
+#: Keys: a test file, or a test id's beginning; values: what the default run checks of the same property.
+EXTENDED = {
+    "test_spark_parity_types.py": "releases bit for bit on both engines: test_spark.py compares the same shapes' bounded "
+                                  "aggregates (rows as sets, floats within 1e-9)",
+    "test_spark_joins.py": "join releases on both engines: the join reads' plans (test_adversary_spark_plans.py) and the "
+                           "join operations (test_backend_ops.py[spark]) run on Spark; the join releases on DuckDB",
+    "test_spark_cluster.py": "a standalone cluster: the same plans run on local[2]",
+    "test_adversary_spark_decimal_storage.py": "Parquet decimal storage on Spark: test_adversary_round38.py",
+    "test_adversary_spark_round.py": "Spark forms of rounding and of huge expressions: test_spark_lowering.py",
+    "test_spark_recent_features.py": "the same answer or refusal on both engines for newer SQL: the DuckDB tests of each",
+    "test_spark_large_domains.py": "long declared domains on Spark: the DuckDB twin and test_spark.py's public keys",
+    "test_spark_replaced_sources.py": "sources replaced between queries: test_adversary_replaced_*.py on DuckDB",
+    "test_adversary_spark_replaced_parquet.py": "as test_spark_replaced_sources.py",
+    "test_adversary_spark_text_hash.py": "text hashing cost on Spark: test_adversary_spark_like_cost.py",
+    "test_adversary_spark.py": "Spark regressions of DuckDB-checked properties: test_spark.py",
+    "test_spark_join_text_keys.py": "text join keys on Spark: the DuckDB join key tests (test_join_key_digests.py)",
+    "test_spark_dates.py": "dates and timestamps on Spark: test_spark.py's date keys and test_spark_lowering.py",
+    "test_spark_doubles.py": "doubles' text on Spark: test_spark_functions.py",
+    "test_groupings_spark.py": "ROLLUP/CUBE on Spark: test_groupings.py on DuckDB",
+    "test_spark_exact_bins.py": "bins on Spark: test_adversary_subsecond_bins_spark.py",
+    "test_spark_nested_caps.py": "caps over nested columns on Spark: test_backend_ops.py[spark]",
+    "test_spark_conversions.py": "Spark conversions: test_spark_lowering.py",
+    "test_adversary_spark_plans.py::test_private_read_plans_do_not_depend_on_one_person[join-parquet]":
+        "the same join read over Arrow ([join-arrow])",
+    "test_adversary_spark_plans.py::test_join_plans_alike_when_a_side_crosses_the_broadcast_threshold[parquet]":
+        "the same threshold over Arrow ([arrow])",
+    "test_cli_signal_at_charge.py::test_ctrl_c_at_every_point_after_the_charge_names_the_entry_as_the_ledger_has_it"
+    "[SELECT g": "the COUNT query's sweep of every distinct place (a ROLLUP repeats it per grouping)",
+    "test_adversary_round43.py::test_a_lookup_join_reading_the_key_as_a_value_answers_with_one_persons_long_code[sql":
+        "the first query of the same test",
+    "test_joins_adversarial.py::test_removing_one_person_moves_the_clipped_vector_by_at_most_the_clip_norm[2-":
+        "the same check with one join ([1-...])",
+    "test_adversary_row_draw.py::test_row_draw_keeps_each_row_with_null_values_at_one_over_rows[one-column]":
+        "the same draw over two columns ([two-columns])",
+    "test_adversary_round40c.py::test_one_persons_texts_of_one_arrow_hash_are_answered_alike_on_neighbours[False]":
+        "the same neighbours with the other setting ([True])",
+    "test_ledger_postgres_interrupts.py::test_ctrl_c_at_any_point_of_an_operation_leaves_the_ledger_whole[":
+        "(all but [commit]) the commit's sweep, and every operation's on the DuckDB ledger (test_interrupts.py)",
+}
+
+
+def _extended(item: pytest.Item) -> bool:
+    nodeid = item.nodeid.removeprefix("tests/")
+    for key in EXTENDED:
+        if nodeid.startswith(key) and not nodeid.endswith("[commit]"):
+            return True
+    return False
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--extended", action="store_true", default=False,
+                     help="also run the tests of EXTENDED (deeper repeats of properties the default run checks: "
+                          "README, Development)")
+
+
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not config.getoption("--extended"):
+        # the default run (README's test command, CI) leaves out the deeper repeats listed in EXTENDED
+        left = [it for it in items if _extended(it)]
+        if left:
+            config.hook.pytest_deselected(items=left)
+            items[:] = [it for it in items if not _extended(it)]
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda it: rank.get(it.path.name, len(rank)))  # stable: every file keeps its own order
 
