@@ -311,23 +311,18 @@ def sigint_storm_while_charging(led: Any, workers: list[Any], stop: Any, seed: i
     return interrupted
 
 
-def stepped_signal(n: int, files: set[str], signum: int = 2) -> Any:
-    """A tracer (for ``sys.settrace``) that sends the main thread ``signum`` (SIGINT by default) at the ``n``-th point
-    of the code in ``files`` where Python runs a signal's handler (CPython: a function's start, after a call, a loop's
-    jump back); its ``seen`` counts those points."""
+def _signal_point_tracer(files: set[str], at_point: Any) -> Any:
+    """A tracer (for ``sys.settrace``) that calls ``at_point(frame)`` at each point of the code in ``files`` where
+    Python runs a signal's handler (CPython: a function's start, after a call, a loop's jump back)."""
     import dis
-    import signal
 
-    seen = [0]
     last: dict[int, str] = {}
 
     def local(frame: Any, event: str, arg: Any) -> Any:
         if event == "opcode":
             name = dis.opname[frame.f_code.co_code[frame.f_lasti]]
             if name in ("RESUME", "JUMP_BACKWARD") or last.get(id(frame)) in ("CALL", "CALL_FUNCTION_EX"):
-                seen[0] += 1
-                if seen[0] == n:
-                    signal.raise_signal(signum)  # its handler runs here, as Python would run it at this point
+                at_point(frame)
             last[id(frame)] = name
         return local
 
@@ -337,7 +332,23 @@ def stepped_signal(n: int, files: set[str], signum: int = 2) -> Any:
         frame.f_trace_opcodes = True
         return local
 
-    tracer.seen = seen  # type: ignore[attr-defined]
+    return tracer
+
+
+def stepped_signal(n: int, files: set[str], signum: int = 2) -> Any:
+    """A tracer (for ``sys.settrace``) that sends the main thread ``signum`` (SIGINT by default) at the ``n``-th signal
+    point of the code in ``files`` (:func:`_signal_point_tracer`); its ``seen`` counts those points."""
+    import signal
+
+    seen = [0]
+
+    def at_point(frame: Any) -> None:
+        seen[0] += 1
+        if seen[0] == n:
+            signal.raise_signal(signum)  # its handler runs here, as Python would run it at this point
+
+    tracer = _signal_point_tracer(files, at_point)
+    tracer.seen = seen
     return tracer
 
 
@@ -349,11 +360,9 @@ def signal_at_a_new_place(tried: set[Any], files: set[str], phase: Any, signum: 
     same place again is the same code reached by the same path in the same ledger state, i.e. another iteration of a
     loop (one per column, item or grouping) or another call from the same call site. Stepping until a call runs to
     its end without a signal sends one at every distinct place once."""
-    import dis
     import signal
 
     sent = [False]
-    last: dict[int, str] = {}
     top = sys._getframe(1)
 
     def place(frame: Any) -> tuple[Any, ...]:
@@ -364,25 +373,16 @@ def signal_at_a_new_place(tried: set[Any], files: set[str], phase: Any, signum: 
             frame = frame.f_back
         return (phase(), *sites)
 
-    def local(frame: Any, event: str, arg: Any) -> Any:
-        if event == "opcode":
-            name = dis.opname[frame.f_code.co_code[frame.f_lasti]]
-            if not sent[0] and (name in ("RESUME", "JUMP_BACKWARD") or last.get(id(frame)) in ("CALL", "CALL_FUNCTION_EX")):
-                key = place(frame)
-                if key not in tried:
-                    tried.add(key)
-                    sent[0] = True
-                    signal.raise_signal(signum)  # its handler runs here, as Python would run it at this point
-            last[id(frame)] = name
-        return local
+    def at_point(frame: Any) -> None:
+        if not sent[0]:
+            key = place(frame)
+            if key not in tried:
+                tried.add(key)
+                sent[0] = True
+                signal.raise_signal(signum)  # its handler runs here, as Python would run it at this point
 
-    def tracer(frame: Any, event: str, arg: Any) -> Any:
-        if frame.f_code.co_filename not in files:
-            return None
-        frame.f_trace_opcodes = True
-        return local
-
-    tracer.sent = sent  # type: ignore[attr-defined]
+    tracer = _signal_point_tracer(files, at_point)
+    tracer.sent = sent
     return tracer
 
 
