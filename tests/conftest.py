@@ -394,7 +394,7 @@ def run_alone(request: pytest.FixtureRequest) -> bool:
     if os.environ.get("DPSQL_TEST_ALONE") == request.node.nodeid:
         return False
     env = dict(os.environ, DPSQL_TEST_ALONE=request.node.nodeid)
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--extended",  # as selected
                         request.node.nodeid], cwd=str(request.config.rootpath), env=env, capture_output=True,
                        text=True, timeout=900)
     assert r.returncode == 0, (r.stdout[-4000:], r.stderr[-2000:])
