@@ -369,6 +369,60 @@ def test_a_query_is_analysed_by_spark_once(spark_session: dpsql.Session, monkeyp
     assert first.table.num_rows == again.table.num_rows == 1
 
 
+def test_a_kept_bind_analysis_is_not_read_after_a_file_or_a_setting_changed(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A query asked for the first time keeps its bind check's analysis for its read (``SparkBackend._analyzed``). A
+    Parquet file replaced after that analysis (and after the check before the charge) has its relation made again by
+    the read, which analyses the query again over it: the 5000 new rows are read (the kept analysis saw the old
+    listing, by which the larger file was read as none of its rows). A session setting changed between the bind
+    check and the read has the read analysed again too; with nothing changed, the query is analysed once (control)."""
+    import os
+
+    import dpsql.session as session_module
+
+    def table(n: int) -> pa.Table:
+        return pa.table({"uid": np.arange(n), "x": pa.array(np.arange(n) % 5, pa.int32())})
+
+    path = tmp_path / "t.parquet"
+    pq.write_table(table(100), path)
+    s = dpsql.Session(budget=dpsql.Budget(1e6, 0.5), engine={"kind": "spark"})
+    use_noise(s, zero_noise(1))
+    s.register("kept", str(path), privacy_unit="uid")
+    reserve, between = session_module.reserve, []
+
+    def reserve_after(*a: Any, **k: Any) -> Any:  # between the bind check (and the check of the files) and the read
+        for act in between:
+            act()
+        return reserve(*a, **k)
+
+    def replace() -> None:
+        pq.write_table(table(5000), tmp_path / "new.parquet")
+        os.replace(tmp_path / "new.parquet", path)
+
+    def count(above: int) -> Any:
+        return s.query(f"SELECT COUNT(*) AS n FROM kept WHERE x * x > {above}", epsilon=1.0).table.to_pylist()
+
+    try:
+        monkeypatch.setattr(session_module, "reserve", reserve_after)
+        between.append(replace)
+        assert count(6) == [{"n": 2000}]
+        spark = s._engine.spark
+        texts: list[str] = []
+        sql_of = spark.sql
+        monkeypatch.setattr(spark, "sql", lambda text, *a, **k: texts.append(text) or sql_of(text, *a, **k))
+        # a setting dpsql does not pin (one it pins is set back by the read: test_a_query_is_analysed_by_spark_once)
+        between[:] = [lambda: spark.conf.set("spark.sql.debug.maxToStringFields", "77")]
+        assert count(7) == [{"n": 2000}]
+        assert max(texts.count(t) for t in texts) == 2  # the bind check's analysis, then the read's
+        spark.conf.unset("spark.sql.debug.maxToStringFields")
+        texts.clear()
+        between.clear()
+        assert count(9) == [{"n": 1000}]
+        assert max(texts.count(t) for t in texts) == 1
+    finally:
+        s.close()
+
+
 # -- refusals, sources, secrecy ------------------------------------------------------------------------
 
 
