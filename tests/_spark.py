@@ -62,3 +62,17 @@ def values_on_both(engines: Any, sqls: list[str], typed: Any) -> dict[str, tuple
     duck, spark = engines
     es = [typed(sql) for sql in sqls]
     return dict(zip(sqls, zip(columns_of(duck, es), columns_of(spark, es), strict=True), strict=True))
+
+
+def comparable_session(kind: str, budget: tuple[float, float] = (1e6, 0.9), seed: int = 3) -> Any:
+    """A session on ``kind`` ('duckdb' or 'spark') whose releases compare with the other engine's: DuckDB with the
+    portable keyed hash (Spark's), zero noise with the salts of ``seed``, a statement timeout of 300 s."""
+    import dpsql
+    from dpsql.testing import use_noise, zero_noise
+
+    engine: dict[str, Any] = {"kind": kind, "statement_timeout": 300}
+    if kind == "duckdb":
+        engine["keyed_hash"] = "portable"
+    s = dpsql.Session(budget=dpsql.Budget(*budget), engine=engine)
+    use_noise(s, zero_noise(seed))
+    return s

@@ -13,10 +13,9 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from _spark import require_spark
+from _spark import comparable_session, require_spark
 
 import dpsql
-from dpsql.testing import use_noise, zero_noise
 
 require_spark()
 
@@ -32,11 +31,7 @@ QUERIES = [
 
 
 def _session(kind: str, path: str) -> dpsql.Session:
-    engine: dict[str, Any] = {"kind": kind, "statement_timeout": 300}
-    if kind == "duckdb":
-        engine["keyed_hash"] = "portable"
-    s = dpsql.Session(budget=dpsql.Budget(1000.0, 0.5), engine=engine)
-    use_noise(s, zero_noise(3))
+    s = comparable_session(kind, (1000.0, 0.5))
     s.register("t", path, privacy_unit="uid", max_groups_per_unit=1, max_rows_per_unit=1)
     return s
 

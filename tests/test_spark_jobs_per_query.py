@@ -21,10 +21,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from _spark import require_spark
+from _spark import comparable_session, require_spark
 
 import dpsql
-from dpsql.testing import use_noise, zero_noise
 
 require_spark()
 
@@ -47,11 +46,7 @@ def tables() -> tuple[pa.Table, pa.Table]:
 
 
 def make(kind: str, d: Any) -> dpsql.Session:
-    engine: dict[str, Any] = {"kind": kind, "statement_timeout": 300}
-    if kind == "duckdb":
-        engine["keyed_hash"] = "portable"
-    s = dpsql.Session(budget=dpsql.Budget(1e6, 0.9), engine=engine)
-    use_noise(s, zero_noise(3))
+    s = comparable_session(kind)
     cols: dict[str, Any] = {"x": {"bounds": (0, 50)}, "c": {"domain": ["c0", "c1", "c2", "c3", "c4"]}}
     s.register("users", str(d / "u.parquet"), privacy_unit="id", columns={"region": {"domain": ["r0", "r1", "r2"]}})
     s.register("o", str(d / "o.parquet"), references={"uid": "users.id"}, degree_bounds={"uid": 10}, columns=cols)

@@ -16,14 +16,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from _spark import both_engines, require_spark
+from _spark import both_engines, comparable_session, require_spark
 from sqlglot import exp
 
 import dpsql
 from dpsql.errors import DPSQLError
 from dpsql.plan.parse import parse_statements
 from dpsql.plan.typer import Typer
-from dpsql.testing import use_noise, zero_noise
 
 require_spark()
 
@@ -55,11 +54,7 @@ def people() -> tuple[pa.Table, pa.Table]:
 
 
 def make(kind: str, parquet: str) -> dpsql.Session:
-    engine: dict[str, Any] = {"kind": kind, "statement_timeout": 300}
-    if kind == "duckdb":
-        engine["keyed_hash"] = "portable"
-    s = dpsql.Session(budget=dpsql.Budget(1e6, 0.9), engine=engine)
-    use_noise(s, zero_noise(3))
+    s = comparable_session(kind)
     rows, users = people()
     cols: dict[str, dict[str, Any]] = {"x": {"bounds": (0, 50)}, "f": {"bounds": (0, 100)},
             "d": {"bounds": ("2024-01-01", "2025-02-01"), "bin_width": "1 day"},
