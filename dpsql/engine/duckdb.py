@@ -332,6 +332,10 @@ class DuckDBBackend:
         self._csv_gone: weakref.finalize[Any, Any] | None = None  # removes the copies if close() never comes
         self._until: float | None = None  # the statement time-out's deadline (csvcopy.now()) during a read
         self._callers: dict[tuple[str, str], str | None] = {}  # a caller's size setting, as shown: its bytes
+        # the last few bounded queries bound by ``describe``: (the tree, its text, the columns it reads), which
+        # ``fetch_arrow`` of the same unchanged tree runs instead of rendering it again (:meth:`_described_text`)
+        self._described: dict[int, tuple[exp.Expression, str, native.Reads | None]] = {}
+        self._reads_of: tuple[exp.Expression | None, native.Reads | None] = (None, None)  # check_text_columns' last
         # DuckDB's ICU (when loaded) spells a TIMESTAMPTZ in the connection's Calendar (pinned: _limits)
         with self._lock:
             known = self._settings_known(("Calendar", _FOLLOWER[1]))
@@ -754,6 +758,7 @@ class DuckDBBackend:
         vectors of at one thread (:meth:`_threads_for`): one person's rows of the longest texts in each would make
         it fail after its charge, only when that person is there."""
         reads = native.reads_of(ast)
+        self._reads_of = (ast, reads)  # kept for the describe that follows (describe_bounded)
         # the relations it names and its strings stand for its text (rendering is the bind's, which an interrupt ends)
         named = " ".join([t.name for t in ast.find_all(exp.Table)] + list(reads.strings))
         columns = self._text_columns_read(named, reads)
@@ -1046,7 +1051,8 @@ class DuckDBBackend:
         else:
             off = [*STATISTICS_OPTIMIZERS, *self._marked_off(ast)]
             salted = with_read_salt(ast)
-            sql, reads = self._render(salted, copy=False), None
+            kept = self._described_text(ast) if salted is ast else None
+            sql, reads = kept if kept is not None else (self._render(salted, copy=False), None)
         failure: ExecutionError | None = None
         columns = self._text_columns_read(sql, reads if reads is not None else native.reads_of(salted))
         with self._lock:
@@ -1337,6 +1343,16 @@ class DuckDBBackend:
         """(column, type) of a query's result, by binding it only (no row is read)."""
         return [(str(r[0]), str(r[1])) for r in self._bind(ast, describe=True)]
 
+    def _described_text(self, ast: exp.Expression) -> tuple[str, native.Reads | None] | None:
+        """The text (and the columns it reads, where known) that :meth:`describe` bound of this very tree, taken
+        once, or None. A private read runs the text its bind check bound, without rendering the tree again (one
+        rendering of a bounded query is several ms). Rendering does not change a tree that is rendered with a copy
+        (``describe``), nor does anything between the bind check and the read; a tree built anew, or a copy with
+        a read salt put in (``with_read_salt``), is another object and is rendered."""
+        with self._lock:
+            kept = self._described.pop(id(ast), None)
+        return (kept[1], kept[2]) if kept is not None and kept[0] is ast else None
+
     def check_connection(self) -> None:
         """Refuse (free) a caller's connection on which a private read cannot run: one that logs every statement
         (``log_query_path``, :func:`_refuse_query_log`), or whose settings :meth:`_limited` cannot change
@@ -1395,10 +1411,18 @@ class DuckDBBackend:
             try:
                 if not self._owned:  # the bound query's text holds the query's secret salt
                     _refuse_query_log(self._con.sql("SELECT current_setting('log_query_path')").fetchall()[0][0])
-                sql = ("DESCRIBE " if describe else "") + self._render(ast)
+                text = self._render(ast)
+                sql = ("DESCRIBE " if describe else "") + text
                 if self._owned:  # no other caller's result on this connection to keep apart from
-                    return self._con.execute(sql).fetchall()
-                return self._con.sql(sql).fetchall()
+                    rows = self._con.execute(sql).fetchall()
+                else:
+                    rows = self._con.sql(sql).fetchall()
+                if describe:  # the read of this tree runs this text (at most 4 kept: refused queries never read)
+                    reads = self._reads_of[1] if self._reads_of[0] is ast else None
+                    while len(self._described) >= 4:
+                        self._described.pop(next(iter(self._described)))
+                    self._described[id(ast)] = (ast, text, reads)
+                return rows
             except (duckdb.Error, RuntimeError) as e:
                 if interrupted_by_signal(e):  # Ctrl-C while DuckDB bound the query: a KeyboardInterrupt
                     raise KeyboardInterrupt from None
