@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import subprocess
@@ -28,9 +30,18 @@ from dpsql import cli
 
 @pytest.fixture
 def data(tmp_path: Path) -> Path:
+    """A table and a fresh ledger (created in this process: only the commands under test need one of their own)."""
     pq.write_table(pa.table({"uid": list(range(100))}), tmp_path / "t.parquet")
-    assert _dpsql(tmp_path, "--ledger", "l.duckdb", "init", "--epsilon", "10").returncode == 0
+    assert _in_process(["--ledger", str(tmp_path / "l.duckdb"), "init", "--epsilon", "10"])[0] == 0
     return tmp_path
+
+
+def _in_process(argv: list[str]) -> tuple[int, str, str]:
+    """``dpsql argv`` run in this process: (exit code, standard output, standard error)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli.main(argv)
+    return code, out.getvalue(), err.getvalue()
 
 
 def _dpsql(cwd: Path, *argv: str, **kw: object) -> subprocess.CompletedProcess[str]:
@@ -40,9 +51,9 @@ def _dpsql(cwd: Path, *argv: str, **kw: object) -> subprocess.CompletedProcess[s
 
 
 def _entries(cwd: Path) -> int:
-    p = _dpsql(cwd, "--ledger", "l.duckdb", "budget", "--history", "--format", "json", capture_output=True)
-    assert p.returncode == 0, p.stderr
-    return len(json.loads(p.stdout)["entries"])
+    code, out, err = _in_process(["--ledger", str(cwd / "l.duckdb"), "budget", "--history", "--format", "json"])
+    assert code == 0, err
+    return len(json.loads(out)["entries"])
 
 
 QUERY = ("--ledger", "l.duckdb", "--table", "t=t.parquet", "--privacy-unit", "t=uid", "query", "SELECT COUNT(*) AS n FROM t",

@@ -81,8 +81,20 @@ def etl(tmp_path: Path) -> Path:
 
     (tmp_path / "data").mkdir()
     pcsv.write_csv(pa.table({"uid": list(range(50))}), tmp_path / "data" / "part-1.csv")
-    assert _job(tmp_path, ["--ledger", "l.duckdb", "init", "--epsilon", "10"])[0] == 0
+    # the ledger is created in this process: only the jobs under test need one of their own
+    assert _in_process(["--ledger", str(tmp_path / "l.duckdb"), "init", "--epsilon", "10"])[0] == 0
     return tmp_path
+
+
+def _in_process(argv: list[str]) -> tuple[int, str]:
+    """``dpsql argv`` run in this process: the exit code and standard output (standard error discarded)."""
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        code = run(argv)
+    return code, out.getvalue()
 
 
 ETL_QUERY = ["--ledger", "l.duckdb", "--table", "t=data/*.csv", "--privacy-unit", "t=uid", "query", "SELECT COUNT(*) AS n FROM t",
@@ -90,15 +102,9 @@ ETL_QUERY = ["--ledger", "l.duckdb", "--table", "t=data/*.csv", "--privacy-unit"
 
 
 def _spent(cwd: Path) -> float:
-    import subprocess
-    import sys
-
-    from conftest import child_env
-
-    p = subprocess.run([sys.executable, "-m", "dpsql.cli", "--ledger", "l.duckdb", "budget", "--format", "json"], cwd=cwd,
-                       env=child_env(), capture_output=True, text=True, timeout=120)
-    assert p.returncode == 0, p.stderr
-    return float(json.loads(p.stdout)["spent"]["epsilon"])
+    code, out = _in_process(["--ledger", str(cwd / "l.duckdb"), "budget", "--format", "json"])
+    assert code == 0
+    return float(json.loads(out)["spent"]["epsilon"])
 
 
 @pytest.mark.parametrize("target,words", [

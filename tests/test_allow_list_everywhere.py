@@ -12,6 +12,8 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 import pytest
+import sqlglot
+from sqlglot import exp
 
 import dpsql
 from dpsql import errors
@@ -19,6 +21,7 @@ from dpsql.budget import Budget
 from dpsql.catalog import TableSpec
 from dpsql.plan import checks
 from dpsql.plan.analyze import analyze
+from dpsql.plan.parse import DIALECT
 from dpsql.plan.typer import ALIASES, ALLOW_LIST, POST_ALLOW_LIST, post_allow_list_markdown
 from dpsql.testing import use_noise, zero_noise
 
@@ -52,6 +55,31 @@ def _duckdb_function_names() -> list[str]:
     return sorted(n for n in names if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", n))
 
 
+#: the parts of a call that are its arguments (a column, a literal, COUNT(*)), not its functions
+_ARGUMENT_NODES = (exp.Column, exp.Identifier, exp.Literal, exp.Count, exp.Star)
+
+
+def _call_shape(call: str) -> tuple[str, ...]:
+    """The functions ``call`` parses to (node classes, depth first), its arguments left out; a syntax error's
+    shape is ("error",). The checks of every clause read these nodes: two argument lists of one name that
+    parse to the same shape are refused (or not) by the same code over the same nodes."""
+    try:
+        tree = sqlglot.parse_one(call, read=DIALECT)
+    except sqlglot.errors.ParseError:
+        return ("error",)
+    return tuple(type(n).__name__ for n in tree.walk() if not isinstance(n, _ARGUMENT_NODES))
+
+
+def _distinct_argument_lists(name: str) -> list[str]:
+    """The ARGS of ``name`` that parse to distinct shapes (over private rows and over released values),
+    the first of each in ARGS order."""
+    kept: dict[tuple[tuple[str, ...], tuple[str, ...]], str] = {}
+    for args in ARGS:
+        key = (_call_shape(f"{name}({args})"), _call_shape(f"{name}({args.replace('x', 'COUNT(*)')})"))
+        kept.setdefault(key, args)
+    return list(kept.values())
+
+
 def _refused_clauses(sql: str) -> set[str]:
     """The clauses with a violation (every message names its clause); all when the SQL does not parse."""
     try:
@@ -74,23 +102,29 @@ def _accepted(sql: str) -> bool:
 def test_every_duckdb_function_off_the_allow_list_is_refused_in_every_clause() -> None:
     """Analysis only (reads no row, touches no database): every function name DuckDB has that
     the allow-lists do not name is refused in the SELECT list, WHERE, GROUP BY, HAVING and
-    ORDER BY, whatever its arguments."""
+    ORDER BY, whatever its arguments.
+
+    Each name is analysed with every argument list of ARGS that parses to a distinct shape (the
+    function nodes the parser makes of it: by arity and literal arguments, over private rows and
+    over released values); argument lists that parse to the same nodes as an earlier one take the
+    same checks over the same nodes, and are analysed once (about 1 250 queries instead of 5 300)."""
     logging.disable(logging.WARNING)  # sqlglot warns about a few names it cannot transpile
     try:
         names = _duckdb_function_names()
         assert len(names) > 800
         leaks = []
-        tried = 0
+        tried = points = 0
         for name in names:
             if name.lower() in ALLOWED:
                 continue
-            for args in ARGS:
+            points += len(ARGS)
+            for args in _distinct_argument_lists(name):
                 tried += 1
                 sql = _query(name, args)
                 missing = set(CLAUSES) - _refused_clauses(sql)
                 if missing:
                     leaks.append((sorted(missing), sql))
-        assert tried > 4_000
+        assert points > 4_000 and tried > 1_000
         assert leaks == []
     finally:
         logging.disable(logging.NOTSET)
@@ -102,6 +136,15 @@ def test_control_a_clause_that_accepts_a_function_is_detected() -> None:
     assert _refused_clauses(_query("exp", "x")) == {"WHERE", "GROUP BY"}  # exp() only over released values
     assert _refused_clauses(_query("max", "x")) == set(CLAUSES)  # an aggregate over an aggregate
     assert _refused_clauses(_query("mode", "x")) == set(CLAUSES)  # an aggregate dpsql does not answer
+
+
+def test_control_argument_lists_that_parse_apart_are_each_analysed() -> None:
+    """The sweep keeps every argument list the parser reads as another function: a name it does not
+    know is one anonymous call whatever its arguments; date_trunc's arities and literal arguments
+    parse to distinct nodes."""
+    assert _distinct_argument_lists("nosuchfn") == [""]
+    assert _distinct_argument_lists("date_trunc") == ["", "x, 2", "'a', x"]
+    assert _call_shape("left(x, 2)") != _call_shape("left()")
 
 
 def test_control_allowed_names_are_accepted() -> None:

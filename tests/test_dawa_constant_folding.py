@@ -25,16 +25,34 @@ EMPTY = ["age > 1e308*10", "age > 10*1e308", "age IN (1e308*10)", "age < -1e308*
          "NOT (age <= 1e308 * 10)", "age < 0.5 - 1"]
 
 
-def _duckdb_rows(t, sql: str) -> list[tuple]:
-    con = duckdb.connect()
+@pytest.fixture(scope="module")
+def con():
+    """One plain DuckDB connection for the module's reference answers (a connection costs ~20 ms of CPU)."""
+    c = duckdb.connect()
+    yield c
+    c.close()
+
+
+def _duckdb_rows(con, t, sql: str) -> list[tuple]:
     con.register("t", t)
-    return con.execute(sql).fetchall()
+    try:
+        return con.execute(sql).fetchall()
+    finally:
+        con.unregister("t")
+
+
+@pytest.fixture(scope="module")
+def ages_refusals():
+    """One session for the refusals: each must leave its budget whole and its history empty."""
+    s, t = ages_session()
+    yield s, t
+    s.close()
 
 
 @pytest.mark.parametrize("where", EMPTY)
-def test_a_constant_that_keeps_no_bin_is_refused_for_free(where):
-    s, t = ages_session()
-    assert _duckdb_rows(t, f"SELECT COUNT(*) FROM t WHERE {where}") == [(0,)]  # the answer known in advance
+def test_a_constant_that_keeps_no_bin_is_refused_for_free(ages_refusals, con, where):
+    s, t = ages_refusals
+    assert _duckdb_rows(con, t, f"SELECT COUNT(*) FROM t WHERE {where}") == [(0,)]  # the answer known in advance
     with pytest.raises(QueryError, match="admits no value of the declared domain of 'age'") as e:
         s.query(f"SELECT age, COUNT(*) FROM t WHERE {where} GROUP BY age", epsilon=1.0)
     assert "nothing was charged" in str(e.value) and s.remaining() == dpsql.Budget(1000.0)
@@ -65,13 +83,13 @@ def test_a_constant_that_keeps_no_bin_is_refused_for_free(where):
     ("age < 1 / CAST('-0.0' AS DECIMAL(3,1)) AND age < 5", ((0, 4),)),
     ("age > 1 / -0.0 OR age < 3", ((0, 2),)),
 ])
-def test_folded_constants_keep_exactly_duckdbs_bins(monkeypatch, where, span):
+def test_folded_constants_keep_exactly_duckdbs_bins(monkeypatch, con, where, span):
     """Zero noise against DuckDB: ten people at each age; over exactly the kept bins DAWA is exact."""
     sql = f"SELECT age, COUNT(*) AS n FROM t WHERE {where} GROUP BY age ORDER BY age"
     s, t = ages_session()
     wl = workload.histogram_workload(analyze(sql, s.tables))
     assert wl is not None and wl.span == span
-    truth = [{"age": a, "n": n} for a, n in _duckdb_rows(t, sql)]
+    truth = [{"age": a, "n": n} for a, n in _duckdb_rows(con, t, sql)]
     assert s.query(sql, epsilon=1.0).table.to_pylist() == truth
     # negative control: without the kept bins, DAWA over the whole domain averages them with the excluded zeros
     monkeypatch.setattr(workload, "_where_span", lambda *a, **k: None)
@@ -79,14 +97,14 @@ def test_folded_constants_keep_exactly_duckdbs_bins(monkeypatch, where, span):
     assert s.query(sql, epsilon=1.0).table.to_pylist() != truth
 
 
-def test_a_range_workloads_folded_endpoints_are_ranges():
+def test_a_range_workloads_folded_endpoints_are_ranges(con):
     """In query_many a folded endpoint is a range endpoint, as a literal one (not a shared condition)."""
     s, t = ages_session()
     queries = ["SELECT COUNT(*) FROM t WHERE age >= 2*10 AND age < 3*10", "SELECT COUNT(*) FROM t WHERE age < 1+4"]
     wl = workload.analyze_workload(queries, s.tables)
     assert wl.ranges == ((20, 29), (0, 4)) and wl.span is None
     r = s.query_many(queries, epsilon=1.0)
-    assert list(r.counts) == [_duckdb_rows(t, q)[0][0] for q in queries] == [100, 50]
+    assert list(r.counts) == [_duckdb_rows(con, t, q)[0][0] for q in queries] == [100, 50]
     with pytest.raises(QueryError, match="no range of this workload admits a value|is not a finite number"):
         s.query_many(["SELECT COUNT(*) FROM t WHERE age > 1e308*10", "SELECT COUNT(*) FROM t WHERE age < -(2*1)"],
                      epsilon=1.0)
@@ -139,7 +157,7 @@ _NOT_FOLDED = {"CAST('\uff13' AS INTEGER)", "CAST('\u00a03' AS DOUBLE)", "CAST('
                                    # text Python reads as a number and DuckDB as NULL (or Spark as NULL): not folded
                                    "CAST('３' AS INTEGER)", "CAST('\u00a03' AS DOUBLE)", "CAST(' \u00a0inf' AS DOUBLE)",
                                    "CAST('-nan' AS DOUBLE)"])
-def test_a_folded_constant_is_the_value_duckdb_compares_with(column_type, const):
+def test_a_folded_constant_is_the_value_duckdb_compares_with(con, column_type, const):
     """The typed constant side of ``col = const`` evaluated by DuckDB itself equals the folded value."""
     import math
 
@@ -151,7 +169,7 @@ def test_a_folded_constant_is_the_value_duckdb_compares_with(column_type, const)
     subject, other = exp.column("c"), parse_one(const, dialect="duckdb")
     typed = type_predicate(exp.EQ(this=subject.copy(), expression=other.copy()), {"c": column_type})
     side = typed.expression if typed.this.find(exp.Column) else typed.this
-    engine = duckdb.connect().execute(f"SELECT {side.sql(dialect='duckdb')}").fetchall()[0][0]
+    engine = con.execute(f"SELECT {side.sql(dialect='duckdb')}").fetchall()[0][0]
     try:
         ours = folded_comparison(subject, other, column_type)
     except Unfoldable:
@@ -211,7 +229,7 @@ def test_a_date_constant_not_folded_restricts_nothing(where):
     # a DOUBLE constant beyond 2^53 alike (9007199254740993 is the DOUBLE 2^53)
     (2**53 - 20, "big = 9007199254740992e0"), (2**53 - 20, "big IN (9007199254740993, 1e0)"),
     (2**53 - 20, "big <= CAST(9007199254740992 AS DOUBLE) AND big > 9007199254740980")])
-def test_an_integer_compared_with_a_real_keeps_every_bin_duckdb_reads(lo, where):
+def test_an_integer_compared_with_a_real_keeps_every_bin_duckdb_reads(con, lo, where):
     """A REAL (DOUBLE) constant with an integer is compared in REAL (DOUBLE), as DuckDB: beyond 2^24 (2^53) the
     column's value is rounded first (16777217 is the REAL 16777216), so the kept bins hold every value that rounds to
     a passing one. Zero noise against DuckDB, ten people per value over bins of one value each."""
@@ -221,7 +239,7 @@ def test_an_integer_compared_with_a_real_keeps_every_bin_duckdb_reads(lo, where)
     use_noise(s, zero_noise())
     s.register("t", t, privacy_unit="pid", max_rows_per_unit=1, columns={"big": {"bounds": (lo, lo + 39), "bins": 40}})
     sql = f"SELECT big, COUNT(*) AS n FROM t WHERE {where} GROUP BY big ORDER BY big"
-    truth = [{"big": a, "n": n} for a, n in _duckdb_rows(t, sql)]
+    truth = [{"big": a, "n": n} for a, n in _duckdb_rows(con, t, sql)]
     # not vacuous: an odd value, rounded to the even REAL (DOUBLE) next to it, passes where the integer would not
     odd = {16777217, 16777219, 16777221, 2**53 + 1}
     assert {r["big"] for r in truth} & odd or where.startswith(("big <", "big >="))
