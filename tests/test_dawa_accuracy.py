@@ -232,21 +232,25 @@ def _coverage(errors, half):
 
 
 def test_normal_interval_fails_on_one_laplace_and_ours_holds():
-    """Negative control: one bucket, one measurement, so the answer's noise is one snapped Laplace;
-    1.96 std misses it about 6% of the time, the released half-width (2.58 std plus rounding) does not."""
+    """Negative control: one bucket, one measurement, so the answer's noise is one snapped Laplace
+    (λ ≈ 1.001, grid Λ = 2: errors on the lattice 2k - 0.9 for a true total of 40.9); 1.96 std (3.07) covers
+    the errors -2.9, -0.9 and 1.1 only, P = 1 - e^-3.9/2 - e^-2.1/2 ≈ 0.929, and misses about 7% of the time;
+    the released half-width (4.65: 2.58 std plus rounding) also covers 3.1, P ≈ 0.982. With 20 000 runs the
+    two coverages are 11 and 33 standard errors from 0.95 (failure probability < 1e-20). At a total on the
+    grid (40) the 1.96-std interval covers 1 - e^-3 ≈ 0.950 and would not show the miss."""
     n = 8
-    x = np.full(n, 5.0)
+    x = np.full(n, 40.9 / n)
     whole = np.array([[0, n - 1]])
     syn = dawa(x, whole, 1.0, seeded_noise("one"), partition=[(0, n - 1)])
     assert syn.strategy.n_measurements == 1
+    assert syn.params["stage2_snapping"]["grid"] == 2.0
     wl = IntervalWorkload.from_ranges(whole, n)
-    # one measure per run, as this seed was drawn: P(|err| <= 1.96 std) is 0.9501 for this snapped Laplace
-    # (errors on the grid 2: P(|L| < 3) = 1 - e^-3), so the first check holds for this seed only (0.94985)
-    sims = _simulate(syn, np.array([x.sum()]), wl, runs=20000, seed="one-laplace", at_once=False)
+    sims = _simulate(syn, np.array([x.sum()]), wl, runs=20000, seed="one-laplace")
     err = sims[:, 0] - x.sum()
     std, half = syn.noise_bounds(whole)
-    assert _coverage(err, 1.96 * std[0]) < 0.95
-    assert _coverage(err, half[0]) >= 0.95
+    assert 3.0 < 1.96 * std[0] < 3.1 < half[0] < 4.9  # the lattice points each interval covers, as above
+    assert _coverage(err, 1.96 * std[0]) < 0.945
+    assert _coverage(err, half[0]) >= 0.97
 
 
 def test_the_constant_bounds_any_sum_of_laplace_terms():
