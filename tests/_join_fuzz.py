@@ -465,19 +465,17 @@ def session(T: dict[str, Table], D: dict[str, dict[str, list[Any]]], text: bool 
 
 
 def outcome(s: dpsql.Session, sql: str, opts: dict[str, Any], eps: float, delta: float) -> tuple[Any, ...]:
-    import gc
     import os
     import tempfile
-    import warnings
+
+    from _neighbour import captured_warnings
 
     fd = tempfile.TemporaryFile()
     saved = os.dup(1), os.dup(2)
     os.dup2(fd.fileno(), 1)
     os.dup2(fd.fileno(), 2)
     try:
-        gc.collect()  # earlier tests' garbage (an unclosed pipe's ResourceWarning) is collected now, not inside the capture
-        with warnings.catch_warnings(record=True) as ws:
-            warnings.simplefilter("always")
+        with captured_warnings() as ws:  # none of earlier garbage's warnings (tests/_neighbour.py)
             o = _outcome(s, sql, opts, eps, delta)
     finally:
         for fdn, sv in ((1, saved[0]), (2, saved[1])):

@@ -19,13 +19,17 @@ hence every bounding choice of the other people, is the same on both). What the 
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import gc
 import math
 import warnings
+from collections.abc import Iterator
 from fractions import Fraction
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 import dpsql
 from dpsql.plan import ir
@@ -35,6 +39,54 @@ from dpsql.testing import use_noise, zero_noise
 
 class Violation(AssertionError):
     pass
+
+
+@contextlib.contextmanager
+def captured_warnings() -> Iterator[list[warnings.WarningMessage]]:
+    """Record every warning of the block, and none of earlier garbage's finalisers (an earlier test's unclosed
+    pipe warns ResourceWarning when its reference cycle is collected, which can be at any allocation): the garbage
+    of the generations the collector examines is collected first, outside the record. Objects frozen by
+    ``frozen_heap`` are never examined, so none of them can be collected inside the record either."""
+    gc.collect()
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        yield w
+
+
+@contextlib.contextmanager
+def frozen_heap() -> Iterator[None]:
+    """Collect once, then freeze every surviving object (``gc.freeze``) for the block: ``captured_warnings``'s
+    collection then examines only what was allocated since (a few ms instead of a full collection of the test
+    process's heap, ~0.1 s), and a frozen object that becomes garbage is not collected before the block ends.
+    Used around a module's tests by a module-scoped autouse fixture."""
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
+def write_decoded_parquet(path: Any, table: pa.Table) -> None:
+    """Write ``table`` to ``path`` as ``pq.write_table`` writes it with its dictionary columns decoded (each a column
+    of its value type, the dictionary listing the values in the order they first appear, none unused): the same
+    bytes (``tests/test_adversary_dictionary_text.py`` checks it), without decoding. One person's 45 000 rows of an
+    8 000-character text are 360 MB decoded, about 1.5 s of CPU to build as a text column; the file is a few kB."""
+    decoded = pa.schema([f.with_type(f.type.value_type) if pa.types.is_dictionary(f.type) else f for f in table.schema])
+    with pq.ParquetWriter(path, table.schema, store_schema=False) as w:
+        # the schema pq.write_table stores (store_schema), that of the decoded columns
+        w.add_key_value_metadata({"ARROW:schema": base64.b64encode(decoded.serialize().to_pybytes()).decode()})
+        w.write_table(table)
+
+
+def repeated_text(head: list[str], value: str | None, repeats: int) -> pa.Array:
+    """``head`` then ``value`` ``repeats`` times, as a dictionary array (for ``write_decoded_parquet``)."""
+    assert None not in head
+    tail = [value] * repeats if value is not None else []
+    values = list(dict.fromkeys(head + tail[:1]))
+    at = {v: i for i, v in enumerate(values)}
+    indices = [at[v] for v in head] + [at[value] for value in tail[:1]] * len(tail)
+    return pa.DictionaryArray.from_arrays(pa.array(indices, pa.int32()), pa.array(values, pa.string()))
 
 
 def _session(table: pa.Table, reg: dict[str, Any], production: bool = False) -> dpsql.Session:
@@ -74,9 +126,7 @@ def run_one(table: pa.Table, reg: dict[str, Any], sql: str | list[str], eps: flo
             options: dict[str, Any] | None, production: bool = False) -> dict[str, Any]:
     """Explain then query on a fresh session; everything observable, plus the captured internals."""
     out: dict[str, Any] = {}
-    gc.collect()  # earlier tests' garbage (an unclosed pipe's ResourceWarning) is collected now, not inside the capture
-    with warnings.catch_warnings(record=True) as w:
-        warnings.simplefilter("always")
+    with captured_warnings() as w:
         s = _session(table, reg, production)
         try:
             try:

@@ -15,9 +15,8 @@ keys, the ledger entries, and the warnings emitted while the release is computed
 
 from __future__ import annotations
 
-import gc
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -27,8 +26,17 @@ import pytest
 import dpsql
 from dpsql.budget import Budget
 from dpsql.testing import use_noise, zero_noise
+from tests._neighbour import captured_warnings, frozen_heap
 
 Register = Callable[[dpsql.Session], None]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _heap_frozen() -> Iterator[None]:
+    """Each observation collects earlier garbage before recording warnings; with the heap frozen once here, that
+    collection examines only this module's objects (tests/_neighbour.py frozen_heap)."""
+    with frozen_heap():
+        yield
 
 
 def _observe(reg: Register, sql: str, *, epsilon: float = 5.0, delta: float = 1e-6,
@@ -37,9 +45,7 @@ def _observe(reg: Register, sql: str, *, epsilon: float = 5.0, delta: float = 1e
     use_noise(s, zero_noise(1))
     reg(s)
     out: dict[str, Any] = {}
-    gc.collect()  # earlier tests' garbage (an unclosed pipe's ResourceWarning) is collected now, not inside the capture
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    with captured_warnings() as caught:
         for name, call in (("explain", s.explain), ("query", s.query)):
             try:
                 r = call(sql, epsilon=epsilon, delta=delta, options=options)
@@ -253,3 +259,50 @@ def test_a_join_epsilon_too_large_for_the_floating_point_delta_is_refused_with_t
 def test_control_the_same_join_at_a_moderate_epsilon_is_answered() -> None:
     out = _observe(_single_owner_join, "SELECT COUNT(*) FROM customer c JOIN orders o ON c.id = o.cid", epsilon=5.0)
     assert out["query"] == "ok" and out["entries"] == ["released"]
+
+
+# -- the warnings recorded are the observation's own --------------------------------------------------------
+
+
+class _Pipe:
+    """Stands for an unclosed pipe: warns ResourceWarning when finalised while ``state["armed"]``."""
+
+    def __init__(self, state: dict[str, bool]) -> None:
+        self.state, self.me = state, self  # a reference cycle: only the collector finalises it
+
+    def __del__(self) -> None:
+        self.state["finalised"] = True
+        if self.state["armed"]:
+            warnings.warn("unclosed pipe", ResourceWarning, stacklevel=1)
+
+
+_FROZEN_STATE = {"armed": True, "finalised": False}
+_FROZEN_PIPE: list[_Pipe] = [_Pipe(_FROZEN_STATE)]  # alive when the module's heap is frozen (import precedes fixtures)
+
+
+def test_garbage_left_before_an_observation_never_warns_inside_its_record() -> None:
+    """The module freezes the heap once (the collection before each record then examines only newer objects).
+    Garbage of an earlier test is either frozen (never collected while the module runs: no finaliser inside a
+    record, even under a full collection there) or newer (collected before the record starts). The control: the same
+    newer garbage does warn inside a record that does not collect first."""
+    import gc
+    import weakref
+
+    try:
+        _FROZEN_PIPE.clear()  # frozen, now garbage
+        new_state = {"armed": True, "finalised": False}
+        _Pipe(new_state)  # newer garbage
+        with captured_warnings() as caught:
+            assert new_state["finalised"]  # collected before the record
+            assert gc.collect() >= 0 and not _FROZEN_STATE["finalised"]  # a full collection here leaves the frozen one
+        assert not caught
+        ctrl_state = {"armed": True, "finalised": False}
+        ctrl = _Pipe(ctrl_state)
+        ref = weakref.ref(ctrl)
+        del ctrl
+        with warnings.catch_warnings(record=True) as ctrl_caught:
+            warnings.simplefilter("always")
+            gc.collect()
+        assert ref() is None and [str(w.message) for w in ctrl_caught] == ["unclosed pipe"]
+    finally:
+        _FROZEN_STATE["armed"] = False  # collected silently after the module unfreezes the heap

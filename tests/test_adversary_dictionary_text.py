@@ -63,6 +63,7 @@ import pytest
 import dpsql
 from dpsql.engine import _duckdb_native as native
 from dpsql.engine.base import text_read_memory
+from tests._neighbour import repeated_text, write_decoded_parquet
 
 ROWS, PEOPLE, PERSON_ROWS, NOTE = 20_000, 2_000, 45_000, 8_000
 #: with the longest cap a 100 MB limit holds at one thread (8 138 bytes: dpsql.engine.base.text_read_memory)
@@ -71,16 +72,32 @@ LIMITS = {"memory_limit": "100MB", "max_temp_directory_size": "100MB", "threads"
 
 
 def _write(path: Path, note: str | None, nested: bool = False) -> int:
+    """The file ``pq.write_table`` writes of these columns, the note a text column (the same bytes: the person's
+    notes are not decoded into 360 MB first, ``tests/_neighbour.py`` write_decoded_parquet)."""
     uid = [i % PEOPLE for i in range(ROWS)]
-    text = [f"s{i % 7}" for i in range(ROWS)]
     if note is not None:
         uid += [999_999] * PERSON_ROWS
-        text += [note] * PERSON_ROWS
-    cols = {"uid": pa.array(uid, pa.int64()), "note": pa.array(text)}
+    cols = {"uid": pa.array(uid, pa.int64()), "note": repeated_text([f"s{i % 7}" for i in range(ROWS)], note, PERSON_ROWS)}
     if nested:  # a nested column: the file is read through the Arrow view
         cols["tags"] = pa.array([[1]] * len(uid), pa.list_(pa.int64()))
-    pq.write_table(pa.table(cols), path)
+    write_decoded_parquet(path, pa.table(cols))
     return os.path.getsize(path)
+
+
+@pytest.mark.parametrize("nested", [False, True])
+@pytest.mark.parametrize("note", [None, "q", "q" * 300])
+def test_the_files_are_those_pyarrow_writes_of_the_decoded_text(tmp_path: Path, nested: bool, note: str | None) -> None:
+    """``_write`` (a dictionary column written as text) gives the bytes of ``pq.write_table`` over the decoded
+    column, here at a smaller scale of the same shapes (the fixture's long notes would take 360 MB to decode)."""
+    uid = [i % 20 for i in range(200)] + ([999_999] * 450 if note is not None else [])
+    text = repeated_text([f"s{i % 7}" for i in range(200)], note, 450)
+    cols = {"uid": pa.array(uid, pa.int64()), "note": text}
+    if nested:
+        cols["tags"] = pa.array([[1]] * len(uid), pa.list_(pa.int64()))
+    write_decoded_parquet(tmp_path / "a.parquet", pa.table(cols))
+    pq.write_table(pa.table({**cols, "note": text.dictionary_decode()}), tmp_path / "b.parquet")
+    assert (tmp_path / "a.parquet").read_bytes() == (tmp_path / "b.parquet").read_bytes()
+    assert text.dictionary_decode().to_pylist() == [f"s{i % 7}" for i in range(200)] + ([note] * 450 if note else [])
 
 
 @pytest.fixture(scope="module")

@@ -59,6 +59,7 @@ from dpsql.engine.base import text_read_memory
 from dpsql.rewrite.bound import SALT_PLACEHOLDER
 from dpsql.rewrite.joins import key_digests
 from dpsql.testing import use_noise, zero_noise
+from tests._neighbour import repeated_text, write_decoded_parquet
 
 #: one person's 360 MB of decoded id, in texts within the longest cap a 100 MB limit holds at one thread for two text
 #: columns of a source read at once (4 069 bytes, dpsql.engine.base.text_read_memory; the findings below were made
@@ -73,13 +74,12 @@ PERSONS = {"without": None, "short": "P", "long": "P" * ID}
 def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
     d = tmp_path_factory.mktemp("round43")
     for name, person in PERSONS.items():
-        ids, cid = [f"u{i}" for i in range(PEOPLE)], [f"u{i % PEOPLE}" for i in range(2 * PEOPLE)]
-        if person is not None:
-            ids.append(person)
-            cid += [person] * PERSON_ROWS
+        ids = [f"u{i}" for i in range(PEOPLE)] + ([person] if person is not None else [])
+        # the person's orders' text not decoded first (360 MB): the same file (tests/_neighbour.py)
+        cid = repeated_text([f"u{i % PEOPLE}" for i in range(2 * PEOPLE)], person, PERSON_ROWS)
         oid = pa.array(range(len(cid)), pa.int64())
         pq.write_table(pa.table({"id": ids, "seg": [f"s{i % 3}" for i in range(len(ids))]}), d / f"c_{name}.parquet")
-        pq.write_table(pa.table({"oid": oid, "cid": cid, "amt": [1.0] * len(cid)}), d / f"o_{name}.parquet")
+        write_decoded_parquet(d / f"o_{name}.parquet", pa.table({"oid": oid, "cid": cid, "amt": [1.0] * len(cid)}))
         pq.write_table(pa.table({"oid": oid, "tag": [str(i) for i in range(len(cid))]}), d / f"i_{name}.parquet")
     return d
 
@@ -303,14 +303,12 @@ LOOKUP_ANSWERED = [
 def lookup_files(tmp_path_factory: pytest.TempPathFactory) -> Path:
     d = tmp_path_factory.mktemp("round43_lookup")
     for name, person in PERSONS.items():
-        uid, cc = list(range(2 * PEOPLE)), [f"c{i % 50}" for i in range(2 * PEOPLE)]
-        if person is not None:
-            uid += [10**6] * PERSON_ROWS
-            cc += [person] * PERSON_ROWS
+        uid = list(range(2 * PEOPLE)) + ([10**6] * PERSON_ROWS if person is not None else [])
+        cc = repeated_text([f"c{i % 50}" for i in range(2 * PEOPLE)], person, PERSON_ROWS)  # (as the orders' cid)
         # (a DATE column the queries never read: without it DuckDB reads these files in a way that answered)
         days = [dt.date(2020 + i % 3, 1, 1) for i in range(len(uid))]
-        pq.write_table(pa.table({"uid": uid, "cc": cc, "day": [i % 40 for i in range(len(uid))], "d": days}),
-                       d / f"e_{name}.parquet")
+        write_decoded_parquet(d / f"e_{name}.parquet",
+                              pa.table({"uid": uid, "cc": cc, "day": [i % 40 for i in range(len(uid))], "d": days}))
     pq.write_table(pa.table({"code": [f"c{i}" for i in range(50)], "region": [f"r{i % 3}" for i in range(50)]}),
                    d / "codes.parquet")
     return d

@@ -30,6 +30,7 @@ fail."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -37,6 +38,15 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _join_fuzz as fz  # noqa: E402
+from _neighbour import frozen_heap  # noqa: E402
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _heap_frozen() -> Iterator[None]:
+    """Each outcome collects earlier garbage before recording warnings (``_join_fuzz.outcome``); with the heap
+    frozen once here, that collection examines only this module's objects (tests/_neighbour.py frozen_heap)."""
+    with frozen_heap():
+        yield
 
 #: fixed seeds (odd seeds spell every key and unit as hostile text)
 SEEDS = [3, 14, 15, 16, 19]
