@@ -27,6 +27,17 @@ from dpsql.mechanisms import covariance
 from dpsql.rewrite.bound import Caps, released_columns
 from dpsql.testing import seeded_noise, use_noise, zero_noise
 
+
+@pytest.fixture(autouse=True, scope="module")
+def _heap_frozen() -> Any:
+    """Each neighbour observation collects earlier garbage before recording warnings; with the heap frozen once here,
+    that collection examines only this module's objects (tests/_neighbour.py frozen_heap)."""
+    from tests._neighbour import frozen_heap
+
+    with frozen_heap():
+        yield
+
+
 SENS = [
     "SELECT g, COVAR_POP(amount, age), CORR(age * 2 - amount, amount) FROM t GROUP BY g",
     "SELECT COVAR_SAMP(amount, age), CORR(LEAST(GREATEST(amount, 0), 50), age) FROM t",

@@ -28,6 +28,17 @@ from dpsql.mechanisms.join_multi import MultiCalibration  # noqa: E402
 from dpsql.plan.analyze import analyze  # noqa: E402
 from dpsql.testing import use_noise, zero_noise  # noqa: E402
 
+
+@pytest.fixture(autouse=True, scope="module")
+def _heap_frozen() -> Any:
+    """Each neighbour observation collects earlier garbage before recording warnings; with the heap frozen once here,
+    that collection examines only this module's objects (tests/_neighbour.py frozen_heap)."""
+    from tests._neighbour import frozen_heap
+
+    with frozen_heap():
+        yield
+
+
 JOIN = " FROM orders o JOIN users u ON o.uid = u.uid"
 N_USERS = 40
 

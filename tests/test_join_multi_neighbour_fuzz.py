@@ -32,6 +32,17 @@ import _join_fuzz as fz  # noqa: E402
 
 from dpsql.mechanisms.join_multi import MultiCalibration  # noqa: E402
 
+
+@pytest.fixture(autouse=True, scope="module")
+def _heap_frozen() -> Any:
+    """Each neighbour observation collects earlier garbage before recording warnings; with the heap frozen once here,
+    that collection examines only this module's objects (tests/_neighbour.py frozen_heap)."""
+    from tests._neighbour import frozen_heap
+
+    with frozen_heap():
+        yield
+
+
 #: fixed seeds (few: the fixed schema below covers per-person clipping)
 SEEDS = [110, 112]
 QUERIES = 3

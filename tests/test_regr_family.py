@@ -23,6 +23,17 @@ from dpsql.mechanisms.common import columns_words
 from dpsql.rewrite.bound import Caps, released_columns
 from dpsql.testing import seeded_noise, use_noise, zero_noise
 
+
+@pytest.fixture(autouse=True, scope="module")
+def _heap_frozen() -> Any:
+    """Each neighbour observation collects earlier garbage before recording warnings; with the heap frozen once here,
+    that collection examines only this module's objects (tests/_neighbour.py frozen_heap)."""
+    from tests._neighbour import frozen_heap
+
+    with frozen_heap():
+        yield
+
+
 FAMILY = ("regr_count", "regr_avgx", "regr_avgy", "regr_sxx", "regr_syy", "regr_sxy", "regr_r2")
 
 #: the released columns each one reads: count, sums of y and x, of y * x, of y^2 and x^2 (y the first argument)
