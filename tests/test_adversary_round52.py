@@ -5,10 +5,10 @@ without pyspark/Java, as the other Spark tests."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from _spark import require_spark
@@ -19,59 +19,57 @@ from conftest import child_env
 def needs_spark() -> None:
     require_spark()
 
-# one process of its own: stopping the caller's session stops the process's SparkContext
-STOPPED = r"""
-import json, sys
-import pyarrow as pa, pyarrow.parquet as pq
-from pyspark.sql import SparkSession
-import dpsql
-
-root = sys.argv[1]
-pq.write_table(pa.table({"uid": list(range(50)), "x": [i % 7 for i in range(50)]}), root + "/t.parquet")
-spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
-s = dpsql.Session(budget=dpsql.Budget(10.0, 1e-5), engine="spark", spark=spark, ledger=root + "/l.duckdb", create=True)
-s.register("t", root + "/t.parquet", privacy_unit="uid", max_rows_per_unit=1)
-s.query("SELECT COUNT(*) FROM t", epsilon=0.5)
-before = s.remaining().epsilon
-rows = s.history().num_rows
-spark.stop()
-out = {"before": before, "errors": []}
-for sql in ("SELECT COUNT(*) FROM t", "SELECT COUNT(*) FROM t WHERE x > 3"):  # a remembered bind check, a new one
-    try:
-        s.query(sql, epsilon=0.5)
-        out["errors"].append(None)
-    except dpsql.errors.DPSQLError as e:
-        out["errors"].append([type(e).__name__, str(e)])
-out["after"] = s.remaining().epsilon
-try:
-    s.register("u", root + "/t.parquet", privacy_unit="uid", max_rows_per_unit=1)
-    out["register"] = None
-except dpsql.errors.DPSQLError as e:
-    out["register"] = [type(e).__name__, str(e)]
-out["new_entries"] = s.history().num_rows - rows
-try:  # a new Session on the stopped SparkSession
-    dpsql.Session(budget=dpsql.Budget(1.0, 1e-6), engine="spark", spark=spark, ledger=root + "/new.duckdb", create=True)
-    out["new_session"] = None
-except Exception as e:
-    out["new_session"] = [type(e).__name__, str(e)]
-print("RESULT " + json.dumps(out))
-"""
-
-
 def test_a_spark_session_stopped_by_the_caller_is_refused_before_the_charge(tmp_path: Path, needs_spark: None) -> None:
-    proc = subprocess.run([sys.executable, "-c", STOPPED, str(tmp_path)], capture_output=True, text=True, timeout=600,
-                          env=child_env())
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-    assert lines, proc.stderr[-3000:]
-    out = json.loads(lines[0][len("RESULT "):])
-    assert out["before"] == pytest.approx(9.5)
-    for err in out["errors"]:
+    """The caller stops the SparkSession a Session runs on (``spark.stop()`` stops the process's SparkContext) between
+    two queries. Run in this process, on its SparkContext (a worker's next Spark test starts a new one in the same JVM,
+    as a caller would after a stop): a process of its own cost a JVM start for the same check."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pyspark.sql import SparkSession
+
+    import dpsql
+
+    root = str(tmp_path)
+    pq.write_table(pa.table({"uid": list(range(50)), "x": [i % 7 for i in range(50)]}), root + "/t.parquet")
+    spark = SparkSession.builder.master("local[2]").getOrCreate()  # the process's session, whichever master it runs
+    try:
+        s = dpsql.Session(budget=dpsql.Budget(10.0, 1e-5), engine="spark", spark=spark, ledger=root + "/l.duckdb",
+                          create=True)
+        s.register("t", root + "/t.parquet", privacy_unit="uid", max_rows_per_unit=1)
+        s.query("SELECT COUNT(*) FROM t", epsilon=0.5)
+        before = s.remaining().epsilon
+        rows = s.history().num_rows
+    finally:
+        spark.stop()
+    errors: list[Any] = []
+    for sql in ("SELECT COUNT(*) FROM t", "SELECT COUNT(*) FROM t WHERE x > 3"):  # a remembered bind check, a new one
+        try:
+            s.query(sql, epsilon=0.5)
+            errors.append(None)
+        except dpsql.errors.DPSQLError as e:
+            errors.append([type(e).__name__, str(e)])
+    after = s.remaining().epsilon
+    try:
+        s.register("u", root + "/t.parquet", privacy_unit="uid", max_rows_per_unit=1)
+        register = None
+    except dpsql.errors.DPSQLError as e:
+        register = [type(e).__name__, str(e)]
+    new_entries = s.history().num_rows - rows
+    s.close()
+    try:  # a new Session on the stopped SparkSession
+        dpsql.Session(budget=dpsql.Budget(1.0, 1e-6), engine="spark", spark=spark, ledger=root + "/new.duckdb",
+                      create=True)
+        new_session = None
+    except Exception as e:  # noqa: BLE001 - which error it is, is checked below
+        new_session = [type(e).__name__, str(e)]
+    assert before == pytest.approx(9.5)
+    for err in errors:
         assert err is not None and err[0] == "ConfigError", err
         assert "stopped" in err[1] and "nothing was charged" in err[1], err
-    assert out["after"] == out["before"] and out["new_entries"] == 0  # no charge for a query that could not run
-    assert out["new_session"] is not None and out["new_session"][0] == "ConfigError", out["new_session"]
-    assert "stopped" in out["new_session"][1] and not (tmp_path / "new.duckdb").exists()
-    assert out["register"] is not None and "stopped" in out["register"][1], out["register"]  # not "check the path"
+    assert after == before and new_entries == 0  # no charge for a query that could not run
+    assert new_session is not None and new_session[0] == "ConfigError", new_session
+    assert "stopped" in new_session[1] and not (tmp_path / "new.duckdb").exists()
+    assert register is not None and "stopped" in register[1], register  # not "check the path"
 
 
 class _Builder:

@@ -16,14 +16,13 @@ import numpy as np
 import pyarrow as pa
 import pytest
 import sqlglot
-from _spark import require_spark
+from _spark import comparable_session, require_spark
 from sqlglot import exp
 
 import dpsql
 from dpsql.engine import EngineSettings
 from dpsql.errors import UnsupportedQueryError
 from dpsql.plan.typer import Typer
-from dpsql.testing import use_noise, zero_noise
 
 require_spark()
 
@@ -149,11 +148,7 @@ def test_refused_parts_and_formats_are_free_errors() -> None:
 
 
 def _session(kind: str, t: pa.Table) -> dpsql.Session:
-    engine: dict[str, Any] = {"kind": kind, "statement_timeout": 300}
-    if kind == "duckdb":
-        engine["keyed_hash"] = "portable"
-    s = dpsql.Session(budget=dpsql.Budget(1000.0, 0.5), engine=engine)
-    use_noise(s, zero_noise(31))
+    s = comparable_session(kind, (1000.0, 0.5), 31)
     s.register("events", t, privacy_unit="user_id", max_groups_per_unit=3, max_rows_per_group=2, max_rows_per_unit=8,
                columns={"amount": {"bounds": (0, 100)}})
     return s
@@ -216,11 +211,7 @@ def test_date_quantiles_are_the_same_on_duckdb_and_spark() -> None:
                "SELECT QUANTILE(ts, 0.9) AS q, MIN(ts) AS lo, MEDIAN(wide) AS w, QUANTILE(wts, 0.3) AS wt FROM events"]
     got = []
     for kind in ("duckdb", "spark"):
-        engine: dict[str, Any] = {"kind": kind, "statement_timeout": 300}
-        if kind == "duckdb":
-            engine["keyed_hash"] = "portable"
-        s = dpsql.Session(budget=dpsql.Budget(1000.0, 0.5), engine=engine)
-        use_noise(s, zero_noise(31))
+        s = comparable_session(kind, (1000.0, 0.5), 31)
         s.register("events", t, privacy_unit="user_id", max_groups_per_unit=2, max_rows_per_group=2,
                    max_rows_per_unit=3,
                    columns={"day": {"bounds": ["2020-01-01", "2021-01-01"], "bin_width": "1 day"},

@@ -8,12 +8,11 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from _spark import require_spark
+from _spark import comparable_session, require_spark
 from test_join_key_digests import IDS, _tables
 from test_spark_joins import canonical
 
 import dpsql
-from dpsql.testing import use_noise, zero_noise
 
 require_spark()
 
@@ -43,11 +42,7 @@ QUERIES = {
 
 
 def _session(kind: str, tables: dict[str, pa.Table]) -> dpsql.Session:
-    engine: dict[str, Any] = {"kind": kind, "statement_timeout": 300}
-    if kind == "duckdb":
-        engine["keyed_hash"] = "portable"
-    s = dpsql.Session(budget=dpsql.Budget(1000.0, 0.5), engine=engine)
-    use_noise(s, zero_noise(3))
+    s = comparable_session(kind, (1000.0, 0.5), 3)
     s.register("customer", tables["customer"], privacy_unit="id", allow_conditional_sampling=True)
     s.register("orders", tables["orders"], references={"cid": "customer.id"}, degree_bounds={"cid": 5},
                columns={"cid": {"domain": IDS[:6]}}, allow_conditional_sampling=True)

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pytest
-from _spark import require_spark
+from _spark import comparable_session, require_spark
 
 import dpsql
 from dpsql.testing import use_noise, zero_noise
@@ -54,10 +54,7 @@ def _table() -> pa.Table:
 
 
 def _session(kind: str) -> dpsql.Session:
-    engine: dict[str, Any] = {"kind": kind, "statement_timeout": 300}
-    if kind == "duckdb":
-        engine["keyed_hash"] = "portable"
-    s = dpsql.Session(budget=dpsql.Budget(1e6, 0.9), engine=engine)
+    s = comparable_session(kind)  # each query sets its own zero noise (the same salts on both engines)
     s.register("t", _table(), privacy_unit="u", max_groups_per_unit=4, max_rows_per_group=2,
                columns={"url": {"domain": URLS}, "age": {"domain": AGES}, "v": {"bounds": (0, 10)},
                         "day": {"domain": DAYS}, "ts": {"domain": STAMPS}, "dec": {"domain": [str(d) for d in DECS]}})

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pytest
-from _spark import require_spark
+from _spark import comparable_session, require_spark
 
 import dpsql
 from dpsql.testing import use_noise, zero_noise
@@ -72,10 +72,7 @@ def _register(s: dpsql.Session, t: pa.Table) -> None:
 
 
 def _session(kind: str, t: pa.Table) -> dpsql.Session:
-    engine: dict[str, Any] = {"kind": kind, "statement_timeout": 300}
-    if kind == "duckdb":
-        engine["keyed_hash"] = "portable"
-    s = dpsql.Session(budget=dpsql.Budget(1e6, 0.9), engine=engine)
+    s = comparable_session(kind)  # each release sets its own zero noise (_release)
     _register(s, t)
     return s
 
