@@ -23,8 +23,11 @@ from dpsql.testing import seeded_noise, use_noise, zero_noise
 # collect with the serial collector. Their queries are many, short and each compiled anew, on small
 # data: the optimising compiler's threads cost more CPU than they saved (on 2 cores, test_spark.py's
 # start-up and first queries took about half the CPU). The JIT tier and the collector change no result
-# (Java's arithmetic is the same in every tier). An environment that sets the variable keeps its own.
-os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+# (Java's arithmetic is the same in every tier). The client compiler alone reserves 48 MB for compiled code, which
+# a worker's JVM running many files' query shapes filled ("CodeCache is full. Compiler has been disabled": the
+# JVM then interpreted, and once lost its connection): it gets the 240 MB tiered compilation has. An environment
+# that sets the variable keeps its own.
+os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:ReservedCodeCacheSize=240m")
 # Every JVM pyspark starts for the tests (also the sessions tests build themselves, which keep Spark's defaults
 # otherwise) keeps 2000 compiled operator classes, as a session dpsql starts does (docs/spark.md): a worker's
 # JVM runs many files' queries, and with Spark's 100 their shapes evicted each other.
