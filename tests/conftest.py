@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -191,6 +192,31 @@ LONGEST_FIRST = (
     "test_adversary_threads.py", "test_neighbour_fuzz.py", "test_adversary_ledger_process.py", "test_ledger_postgres.py",
     "test_many_aggregates.py",
 )
+
+
+#: The test files that start Spark in their own process (read from their text). Under ``--dist loadfile`` (README) they
+#: run on one worker, as one unit of work (``pytest_xdist_make_scheduler``): one JVM starts and warms up for all of
+#: them instead of one per worker (each worker's JVM compiled Spark's own code and the same query shapes anew). The
+#: default run's Spark files hold about a fifth of its CPU, less than a worker's share; with ``--extended`` they are
+#: dealt out to two workers by :data:`LONGEST_FIRST`'s order. Which worker runs a file never changes what it checks.
+_SPARK_TEXT = re.compile(r"pyspark|SparkSession|tests\._spark|from _spark|import _spark")
+SPARK_FILES = tuple(sorted(f.name for f in Path(__file__).parent.glob("test_*.py") if _SPARK_TEXT.search(f.read_text())))
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    if config.getoption("dist") != "loadfile":
+        return None  # pytest-xdist's own
+    from xdist.scheduler import LoadFileScheduling
+
+    groups = 2 if config.getoption("--extended") else 1
+    rank = {name: i for i, name in enumerate(f for f in dict.fromkeys((*LONGEST_FIRST, *SPARK_FILES)) if f in SPARK_FILES)}
+
+    class SparkTogether(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            name = nodeid.split("::", 1)[0].rsplit("/", 1)[-1]
+            return f"spark-files-{rank[name] % groups}" if name in rank else super()._split_scope(nodeid)
+
+    return SparkTogether(config, log)
 
 
 #: The extended tests: each is a deeper repeat of a property that a test of the default run also checks, on another
