@@ -250,6 +250,15 @@ EXTENDED = {
         "the same join read over Arrow ([join-arrow])",
     "test_adversary_spark_plans.py::test_join_plans_alike_when_a_side_crosses_the_broadcast_threshold[parquet]":
         "the same threshold over Arrow ([arrow])",
+    "test_adversary_spark_plans.py::test_private_read_plans_do_not_depend_on_one_person[sparse-parquet]":
+        "the same sparse read over Arrow ([sparse-arrow])",
+    "test_adversary_spark_plans.py::test_private_read_plans_do_not_depend_on_one_person[workload-parquet]":
+        "the same workload read over Arrow ([workload-arrow])",
+    **{f"test_adversary_join_spread.py::test_text_keys_under_a_collation_match_alike[{shape}-no":
+       "a database default collation (nocase, noaccent.nocase) for the first text join shape ([sql0-...]); every shape "
+       "under the binary collation and under COLLATE NOCASE in the query"
+       for shape in ("sql1-opts1", "SELECT COUNT(*) FROM orders o JOIN lineitem l ON o.o_orderkey = l.l_orderkey-opts2",
+                     "SELECT COUNT(*) FROM lineitem l-opts3", "sql4-opts4")},
     "test_cli_signal_at_charge.py::test_ctrl_c_at_every_point_after_the_charge_names_the_entry_as_the_ledger_has_it"
     "[SELECT g": "the COUNT query's sweep of every distinct place (a ROLLUP repeats it per grouping)",
     "test_adversary_round43.py::test_a_lookup_join_reading_the_key_as_a_value_answers_with_one_persons_long_code[sql":
