@@ -64,7 +64,9 @@ def frozen_heap() -> Iterator[None]:
     try:
         yield
     finally:
-        gc.unfreeze()
+        gc.unfreeze()  # the block's garbage, and every object frozen before (conftest: after collection) ...
+        gc.collect()
+        gc.freeze()  # ... frozen again once that garbage is gone, as conftest's pytest_collection_finish left them
 
 
 def write_decoded_parquet(path: Any, table: pa.Table) -> None:

@@ -282,6 +282,17 @@ def _extended(item: pytest.Item) -> bool:
     return False
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Freeze what the collection left (``gc.freeze``): every test module, its parameters and data, and the libraries
+    (about 9 000 tests collected by each worker). The collector's full collections then no longer go through them
+    while the tests run (about 7% of the CPU of DuckDB test files collected in the whole suite). A frozen object is
+    still freed when its last reference goes; only a reference cycle among them stays until the process ends."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--extended", action="store_true", default=False,
                      help="also run the tests of EXTENDED (deeper repeats of properties the default run checks: "
