@@ -140,6 +140,29 @@ class _CallsCounted:
         return call
 
 
+def test_the_settings_probe_runs_with_extension_autoloading_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engine's own connection asks which settings it has with ``current_setting``; on a DuckDB build without ICU
+    linked in, naming ICU's 'Calendar' setting could autoload (or install) the extension. The probe turns extension
+    autoloading and autoinstalling off before it, in the same call."""
+    import duckdb
+
+    import dpsql.engine.duckdb as engine_duckdb
+    from dpsql.engine.duckdb import DuckDBBackend
+
+    connect = duckdb.connect
+    monkeypatch.setattr(engine_duckdb.duckdb, "connect", lambda *a, **k: _CallsCounted(connect(*a, **k), []))
+    del _CallsCounted.texts[:]
+    backend = DuckDBBackend(None)
+    try:
+        probes = [t for t in _CallsCounted.texts if "current_setting('Calendar')" in t]
+        assert len(probes) == 1, _CallsCounted.texts
+        before = probes[0].split("current_setting('Calendar')")[0]
+        assert "SET autoinstall_known_extensions = false" in before and "SET autoload_known_extensions = false" in before
+        assert backend._icu  # still found where ICU is linked in
+    finally:
+        backend.close()
+
+
 def test_the_engines_own_connection_starts_and_binds_in_few_calls(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every call on a DuckDB connection costs its own round trip: the engine's own connection gets its settings in
     one call of all its SET statements (before: one call each, about 20) and finds the settings it pins with

@@ -365,10 +365,13 @@ class DuckDBBackend:
         """Which of the settings ``names`` the connection has. ``duckdb_settings()`` computes every setting's value
         (about 6 ms a call); on the engine's own connection the usual case, all of them, is asked first of
         ``current_setting`` (a statement that fails where one is missing, which on a caller's connection would abort
-        the caller's transaction), and ``duckdb_settings()`` answers only where it fails."""
+        the caller's transaction), and ``duckdb_settings()`` answers only where it fails. Extension autoloading and
+        autoinstalling are turned off first, in the same call (``_limits`` sets them so again): on a DuckDB build
+        without ICU linked in, naming ICU's ``Calendar`` setting could otherwise load, or fetch, the extension."""
         if self._owned:
             try:
-                self._con.execute("SELECT " + ", ".join(f"current_setting({_sql_str(n)})" for n in names)).fetchall()
+                self._con.execute("SET autoinstall_known_extensions = false; SET autoload_known_extensions = false; "
+                                  "SELECT " + ", ".join(f"current_setting({_sql_str(n)})" for n in names)).fetchall()
                 return set(names)
             except duckdb.Error:
                 pass
