@@ -233,3 +233,27 @@ def test_a_callers_connection_batches_and_workloads_read_their_own_texts(monkeyp
     assert s._engine._described == {} or all(v[1] not in ran for v in s._engine._described.values())
     s.close()
 
+
+def test_the_columns_kept_with_a_text_are_its_own_trees_when_another_check_comes_between() -> None:
+    """The columns a kept text reads are its own tree's: another thread's ``check_text_columns`` of another query,
+    between this bind check's test of whose columns were found last and its taking them, is not taken for this
+    query's (which would check another query's text columns, and size the read's threads for them)."""
+    from dpsql.engine import _duckdb_native as native
+
+    s = _session()
+    backend = s._engine
+    mine, other = (s._route(q, 1.0, 1e-6, None).bounded("00" * 16, backend.ops) for q in QUERIES[1:3])
+    assert native.reads_of(mine) != native.reads_of(other)
+
+    class Between(tuple):  # type: ignore[type-arg]  # another thread's check runs right after the first look
+        def __getitem__(self, i: Any) -> Any:
+            out = tuple.__getitem__(self, i)
+            if i == 0:
+                backend.check_text_columns(other)
+            return out
+
+    backend._reads_of = Between((mine, native.reads_of(mine)))
+    backend.describe(mine)
+    kept = backend._described_text(mine)
+    assert kept is not None and kept[1] in (None, native.reads_of(mine))
+    s.close()
