@@ -1421,7 +1421,9 @@ class DuckDBBackend:
                 else:
                     rows = self._con.sql(sql).fetchall()
                 if describe:  # the read of this tree runs this text (at most 4 kept: refused queries never read)
-                    reads = self._reads_of[1] if self._reads_of[0] is ast else None
+                    # read once: check_text_columns (of another thread's query, not under the lock) may replace it
+                    checked, found = self._reads_of
+                    reads = found if checked is ast else None
                     while len(self._described) >= 4:
                         self._described.pop(next(iter(self._described)))
                     self._described[id(ast)] = (ast, text, reads)
