@@ -394,6 +394,8 @@ class DuckDBBackend:
         return self.settings.debug
 
     def close(self) -> None:
+        self._described.clear()  # kept texts hold their queries' secret salts: none outlives the engine's use
+        self._reads_of = (None, None)
         for view, kind in list(self._views):
             self.unregister_source("", kind, view)
         csvcopy.remove_dir(self._csv_dir)
