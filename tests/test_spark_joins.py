@@ -237,6 +237,16 @@ GROUPED: dict[str, tuple[str, dict[str, Any] | None, str]] = {
     "sampled_path2_label": ("SELECT e1.label, COUNT(*) AS k FROM edge e1 JOIN edge e2 ON e1.dst = e2.src "
                             "GROUP BY e1.label", {"q": 0.5}, "s4s"),
     "sampled_lookup_year": ("SELECT year(l_shipdate) AS y, COUNT(*) AS k FROM lineitem GROUP BY y", {"q": 0.5}, "s4s"),
+    # keys computed by expressions (dpsql.plan.join_groups, "derived"): a CASE of literals over a private column
+    # (its results the key set), date_trunc over a declared date range (its months), an expression of a public
+    # table's column (its values over that table), an expression of a declared domain (its image)
+    "clip_case_literals_count": ("SELECT CASE WHEN l.l_price > 50 THEN 'hi' WHEN l.l_price > 0 THEN 'mid' END AS b, "
+                                 f"COUNT(*) AS k {COL} GROUP BY b", None, "clip"),
+    "clip_month_count": (f"SELECT date_trunc('month', l.l_shipdate) AS m, COUNT(*) AS k {COL} GROUP BY m", None, "clip"),
+    "sampled_public_expression": (f"SELECT CASE WHEN n.n_name IN ('A', 'B') THEN 'ab' ELSE lower(n.n_name) END AS g, "
+                                  f"COUNT(*) AS k {NCO} GROUP BY g", {"q": 0.5}, "s4s"),
+    "sampled_declared_expression": ("SELECT c.c_nationkey % 3 AS r, COUNT(*) AS k FROM customer c JOIN orders o "
+                                    "ON c.c_custkey = o.o_custkey GROUP BY r", {"q": 0.5}, "s4s"),
     # the unsampled variant (q = 1, grouped r2t): every tuple, a SUM's two parts
     "r2t_year_sum": ("SELECT year(l.l_shipdate) AS y, SUM(l.l_price) AS s FROM orders o JOIN lineitem l "
                      "ON o.o_orderkey = l.l_orderkey GROUP BY y", {"mechanism": "r2t"}, "s4s"),

@@ -71,13 +71,14 @@ def one_table_plan(plan: ir.QueryPlan, people: PeopleBound, catalog: Mapping[str
     """The plan of a lookup join as a query over one table, the joined relation (module docstring): its
     schema the join's flat columns, its unit the owner's column, its caps and tau the private table's.
     None (then the join mechanisms answer) when the owner is not a column of the private input holding the person,
-    or for a GROUP BY year(col) (a public key set of years, which the one-table path declares for columns only)."""
+    or for a GROUP BY year(col) or another expression with a public key set (``derived``; the one-table path declares
+    key sets for columns only)."""
     jp = plan.join
     owner = people.owner
     if jp is None or owner is None or "," in owner.column or len(owner.hops) > 1:
         return None
-    if any(k.kind == "year" for k in jp.keys):  # a key set of years: the one-table path knows domains of columns only
-        return None
+    if any(k.kind in ("year", "derived") for k in jp.keys):  # a key set of years or of an expression's values: the
+        return None  # one-table path knows domains of columns only
     private = catalog[dict(jp.inputs)[owner.alias]]
     if private.public:
         return None

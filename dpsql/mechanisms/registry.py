@@ -612,8 +612,9 @@ def _refuse_one_table_only(plan: ir.QueryPlan, options: Mapping[str, Any], looku
         raise PolicyError(f"{what} over a lookup join is answered by the one-table mechanisms over the joined rows; {by} "
                           "for the join mechanisms, which answer COUNT(*), COUNT(col), SUM and AVG only, without FILTER",
                           hint="omit it")
-    if any(k.kind == "year" for k in plan.join.keys):
-        raise PolicyError(f"{what} over a lookup join grouped by year(col) is not answered: the one-table mechanisms "
+    if any(k.kind in ("year", "derived") for k in plan.join.keys):
+        by = ", ".join(k.sql for k in plan.join.keys if k.kind in ("year", "derived"))
+        raise PolicyError(f"{what} over a lookup join grouped by {by} is not answered: the one-table mechanisms "
                           "know the key sets of columns only, and the join mechanisms answer COUNT(*), COUNT(col), SUM "
                           "and AVG only, without FILTER",
                           hint="declare the column's domain and group by the column, or ask COUNT, SUM or AVG")
@@ -693,8 +694,9 @@ def _route_left_lookup(
                           hint="omit it, or use an inner JOIN")
     one = _route_lookup_one_table(sql, plan, people, epsilon, delta, options, catalog, find_synopsis)
     if one is None:
-        why = ("GROUP BY year(col) (declare the column's domain and group by the column, or use an inner JOIN)"
-               if any(k.kind == "year" for k in plan.join.keys) else
+        why = (f"GROUP BY {', '.join(k.sql for k in plan.join.keys if k.kind in ('year', 'derived'))} (declare the "
+               "column's domain and group by the column, or use an inner JOIN)"
+               if any(k.kind in ("year", "derived") for k in plan.join.keys) else
                "the private table reaches its people through another table (its owner is not one of its columns)")
         raise PolicyError(f"this LEFT JOIN cannot be answered as one table: {why}",
                           hint="use an inner JOIN, or group by a column with a declared domain")

@@ -112,7 +112,9 @@ class JoinKey:
     ``year`` (year(col) of a column with a declared date/timestamp range: ``domain`` holds the
     years), ``public`` (a column of a public table: the key set is that table's distinct non-NULL
     values after the WHERE conjuncts over that table alone, read from the public table in the
-    query; ``domain`` is None), ``private`` (a column of a private table with no declared domain: no public
+    query; ``domain`` is None), ``derived`` (an expression with a public key set: over the columns of one
+    public table, over columns with finite public values, or a CASE whose results are literals; ``domain`` is
+    None, the key set is computed in the query from public values only), ``private`` (a column of a private table with no declared domain: no public
     key set; answered by the sparse histogram on a lookup join only, else refused with ``refusal``). ``expr`` is
     over flat column names; ``sql_type`` its SQL type."""
 
@@ -127,6 +129,14 @@ class JoinKey:
     #: kind ``private`` (a column of a private table with no declared domain): why the join mechanisms refuse
     #: it (a ``Violation``); only the one-table path of a lookup join answers it (``dpsql.mechanisms.lookup``)
     refusal: Any = None
+    #: kind ``derived`` (an expression over columns, ``dpsql.plan.join_groups``): its written form over flat column
+    #: names (unquoted), by which the SELECT list, HAVING and ORDER BY name the key
+    match: str | None = None
+    #: kind ``derived`` over columns with finite public values: per column read, (flat name, SQL type, its values);
+    #: the key set is the expression's distinct values over their product (empty: a constant expression)
+    value_sets: tuple[tuple[str, str, tuple[Any, ...]], ...] | None = None
+    #: kind ``derived`` for a CASE whose every result is a literal: those results (None for NULL), the key set
+    results: tuple[Any, ...] | None = None
 
 
 @dataclass(frozen=True)

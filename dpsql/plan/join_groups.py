@@ -18,6 +18,21 @@ several; the key set is their product):
 Join tuples whose key lies outside the key set (a value missing from a declared domain, a date
 outside the declared range) are not counted: a per-tuple filter on the tuple's own values.
 
+* ``derived`` -- an expression (``CASE`` buckets, ``date_trunc``, ``coalesce``, ``floor(x / 10) * 10``, ...),
+  typed and rendered total as a one-table GROUP BY key is (``dpsql.plan.typer.type_key``), whose key set is
+  computed in the query from public values only, the first that applies:
+
+  - it reads columns of one public table only: its distinct values over that table's rows after the WHERE
+    conjuncts over that table alone (as a ``public`` key's);
+  - every column it reads has finite public values: a declared ``domain``, a BOOLEAN column, a DATE column
+    with a declared ordered range (its days), an integer column with declared bounds (its integers), at most
+    :data:`MAX_GROUPS` combinations: its distinct values over their product;
+  - it is a ``CASE`` (or ``IF``) whose every result is a text, integer or boolean literal or NULL: those
+    results (NULL when a branch or the missing ELSE gives it).
+
+  A tuple is counted under its own value of the expression when that value is in the key set (a per-tuple
+  filter, as for every key): the released keys are the key set's, spelled from public values.
+
 * ``private`` -- a plain column of a private table with no declared domain: no public key set. Answered
   only when the join is a lookup join (one private table, public lookups on their keys:
   ``dpsql.mechanisms.lookup``), by the sparse histogram over the joined rows; otherwise refused at routing
@@ -29,6 +44,8 @@ Any other key is refused with a PolicyError naming the declaration that would ma
 from __future__ import annotations
 
 import datetime
+import math
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -36,8 +53,13 @@ from sqlglot import exp
 
 from dpsql.catalog import TableSpec
 from dpsql.plan import ir
-from dpsql.plan.parse import quoted
-from dpsql.plan.typer import TEMPORAL_ARG
+from dpsql.plan.joins import SEP
+from dpsql.plan.parse import quoted, stands_for
+from dpsql.plan.typer import TEMPORAL_ARG, TypeRefusal, type_domain, type_key
+
+#: integer types whose declared bounds list a derived key's public values
+_INTEGRAL = {"TINYINT", "SMALLINT", "INTEGER", "INT", "INT2", "INT4", "INT8", "BIGINT", "HUGEINT", "UTINYINT",
+             "USMALLINT", "UINTEGER", "UBIGINT", "UHUGEINT"}
 
 #: the most key combinations a grouped join releases (one noisy value each)
 MAX_GROUPS = 100_000
@@ -73,6 +95,7 @@ def group_keys(
     bad: Callable[[exp.Expression, str], None],
     policy: Callable[[exp.Expression, str], None],
     private: Callable[[exp.Expression, str], Any] | None = None,
+    schema: Mapping[str, str] | None = None,
 ) -> list[ir.JoinKey]:
     """The keys of ``stmt``'s GROUP BY (unsupported shapes reported through ``bad``, keys without a
     public key set through ``policy``: the fix is the owner's declaration). A plain column of a private table
@@ -108,12 +131,12 @@ def group_keys(
         if any(True for _ in g.find_all(exp.AggFunc)):
             bad(g, "aggregates are not allowed in GROUP BY")
             continue
-        found = _key(g, tables, resolve, bad, policy, len(keys), private)
+        found = _key(g, tables, resolve, bad, policy, len(keys), private, schema)
         if found is not None and all(k.sql != found.sql for k in keys):
             keys.append(found)
     size = 1
     for k in keys:
-        size *= len(k.domain) if k.domain is not None else 1
+        size *= len(k.domain) if k.domain is not None else len(k.results) if k.results is not None else 1
     if size > MAX_GROUPS:
         bad(group, f"the GROUP BY keys have {size} combinations; a grouped join releases at most {MAX_GROUPS} groups "
                    "(hint: group by fewer or coarser keys)")
@@ -122,15 +145,16 @@ def group_keys(
 
 def _key(g: exp.Expression, tables: Mapping[str, TableSpec], resolve: Callable[[exp.Column, str], str | None],
          bad: Callable[[exp.Expression, str], None], policy: Callable[[exp.Expression, str], None],
-         i: int, private: Callable[[exp.Expression, str], Any] | None = None) -> ir.JoinKey | None:
+         i: int, private: Callable[[exp.Expression, str], Any] | None = None,
+         schema: Mapping[str, str] | None = None) -> ir.JoinKey | None:
     name = f"__k{i}"
     inner = _year_arg(g)
     col = inner if inner is not None else g
     if not isinstance(col, exp.Column):
-        bad(g, f"GROUP BY {quoted(g)}: over joins a key must be a column of a public table, a column with a "
-               "declared domain, or year(col) of a date column with a declared range (hint: group by such a column, or "
-               "declare columns={'<col>': {'domain': [...]}} on its table)")
-        return None
+        if schema is None:  # pragma: no cover - every caller passes the join's flat schema
+            bad(g, f"GROUP BY {quoted(g)}: over joins a key must be a column or year(col)")
+            return None
+        return _derived(g, name, tables, resolve, bad, policy, private, schema)
     f = resolve(col, "GROUP BY")
     if f is None:
         return None
@@ -168,18 +192,180 @@ def _key(g: exp.Expression, tables: Mapping[str, TableSpec], resolve: Callable[[
     return ir.JoinKey(name, exp.column(f, quoted=False), where, "private", alias, column, typ, None, private(g, msg))
 
 
+def _public_values(t: TableSpec, column: str) -> tuple[Any, ...] | None:
+    """The finite public values of a column, or None: its declared domain; a BOOLEAN's two values; a DATE
+    column's days in its declared ordered range; an integer column's integers in its declared bounds (at
+    most :data:`MAX_GROUPS` each)."""
+    spec = t.column(column)
+    if spec.domain is not None:
+        return tuple(spec.domain)
+    base = t.schema.get(column, "").upper().split("(")[0].strip()
+    if base == "BOOLEAN":
+        return (False, True)
+    o = spec.ordered
+    if base == "DATE" and o is not None and o.kind == "date":
+        lo, hi = (d if isinstance(d, datetime.date) else _day_of(d) for d in (o.lo, o.hi))
+        if lo is None or hi is None or not 0 <= (hi - lo).days < MAX_GROUPS:
+            return None
+        return tuple(lo + datetime.timedelta(days=n) for n in range((hi - lo).days + 1))
+    if base in _INTEGRAL:
+        b = spec.bounds if spec.bounds is not None else (o.lo, o.hi) if o is not None and o.kind == "numeric" else None
+        if b is None:
+            return None
+        try:
+            lo_f, hi_f = float(b[0]), float(b[1])
+        except (TypeError, ValueError):  # pragma: no cover - the catalog validates bounds
+            return None
+        if not (math.isfinite(lo_f) and math.isfinite(hi_f)) or not 0 <= hi_f - lo_f < MAX_GROUPS:
+            return None
+        return tuple(range(math.ceil(lo_f), math.floor(hi_f) + 1))
+    return None
+
+
+def _day_of(v: Any) -> datetime.date | None:
+    if isinstance(v, datetime.datetime):
+        return v.date()
+    if isinstance(v, str):
+        try:
+            return datetime.date.fromisoformat(v[:10])
+        except ValueError:
+            return None
+    return None
+
+
+def _literal_results(g: exp.Expression) -> list[Any] | None:
+    """A CASE's (or IF's) results when every one is a text, integer or boolean literal or NULL (None for NULL, a
+    missing ELSE included), else None."""
+    while isinstance(g, exp.Paren):
+        g = g.this
+    if isinstance(g, exp.Case):  # (CASE x WHEN ...: the same results)
+        branches = [it.args.get("true") for it in g.args.get("ifs") or []] + [g.args.get("default")]
+    elif isinstance(g, exp.If):
+        branches = [g.args.get("true"), g.args.get("false")]
+    else:
+        return None
+    out: list[Any] = []
+    seen: set[tuple[type, Any]] = set()
+    for b in branches:
+        while isinstance(b, exp.Paren):
+            b = b.this
+        neg = isinstance(b, exp.Neg)
+        if neg:
+            b = b.this
+        if b is None or isinstance(b, exp.Null):
+            v: Any = None
+        elif isinstance(b, exp.Boolean) and not neg:
+            v = bool(b.this)
+        elif isinstance(b, exp.Literal) and b.is_string and not neg:
+            v = b.this
+        elif isinstance(b, exp.Literal) and not b.is_string and re.fullmatch(r"[0-9]+", b.this):
+            v = -int(b.this) if neg else int(b.this)
+        else:
+            return None
+        if (type(v), v) not in seen:  # (True and 1 are two results)
+            seen.add((type(v), v))
+            out.append(v)
+    return out if any(v is not None for v in out) else None
+
+
+def _derived(g: exp.Expression, name: str, tables: Mapping[str, TableSpec],
+             resolve: Callable[[exp.Column, str], str | None], bad: Callable[[exp.Expression, str], None],
+             policy: Callable[[exp.Expression, str], None], private: Callable[[exp.Expression, str], Any] | None,
+             schema: Mapping[str, str]) -> ir.JoinKey | None:
+    """A GROUP BY expression over a join (module docstring, ``derived``), or None (reported)."""
+    flat_g = g.copy()
+    for c in list(flat_g.find_all(exp.Column)):
+        f = resolve(c, "GROUP BY")
+        if f is None:
+            return None
+        c.replace(stands_for(exp.column(f, quoted=False), c))
+    try:
+        total, typ = type_key(flat_g, dict(schema))
+    except TypeRefusal as e:
+        for n, m in e.problems:
+            bad(g if n is None else n, f"GROUP BY {quoted(g)}: {m}")
+        return None
+    cols = list(dict.fromkeys(c.name for c in flat_g.find_all(exp.Column)))
+    spelled = flat_g.copy()
+    for ident in spelled.find_all(exp.Identifier):
+        ident.set("quoted", False)
+    match = spelled.sql(dialect="duckdb")
+    expr = exp.Cast(this=total, to=exp.DataType.build(typ.name, dialect="duckdb"))
+    written = quoted(g)
+    located = [(c, *c.partition(SEP)[::2]) for c in cols]
+    first_alias, first_column = (located[0][1], located[0][2]) if located else ("", "")
+
+    def key(**kw: Any) -> ir.JoinKey:
+        return ir.JoinKey(name, expr, written, "derived", kw.pop("alias", first_alias), first_column, typ.name,
+                          None, None, match, **kw)
+
+    aliases = {a for _, a, _ in located}
+    if len(aliases) == 1 and tables[next(iter(aliases))].public:
+        return key()  # the distinct values over the public table's rows (``dpsql.rewrite.join_groups``)
+    sets: list[tuple[str, str, tuple[Any, ...]]] | None = []
+    size = 1
+    for f, a, c in located:
+        vals = _public_values(tables[a], c)
+        if vals is None:
+            sets = None
+            break
+        sets.append((f, schema.get(f, tables[a].schema.get(c, "VARCHAR")), vals))
+        size *= len(vals)
+    if sets is not None and size <= MAX_GROUPS:
+        return key(value_sets=tuple(sets))
+    results = _literal_results(g)
+    if results is not None:
+        try:
+            typed = type_domain(tuple(v for v in results if v is not None), typ.name, f"GROUP BY {written}")
+        except ValueError:
+            typed = None
+        if typed is not None:
+            listed = list(typed) + ([None] if None in results else [])
+            return key(results=tuple(listed))
+    if sets is not None:  # finite, but too many combinations
+        bad(g, f"GROUP BY {written}: its columns' public values have {size} combinations; a grouped join computes a "
+               f"key set from at most {MAX_GROUPS} (hint: narrow the declared domains or ranges, or group by coarser keys)")
+        return None
+    lacking = [f"{tables[a].name}.{c}" for f, a, c in located if _public_values(tables[a], c) is None]
+    col_a, col_c = next(((a, c) for f, a, c in located if _public_values(tables[a], c) is None), (first_alias, first_column))
+    msg = (f"GROUP BY {written}: over joins a key computed by an expression needs a public key set, and "
+           f"{', '.join(repr(x) for x in lacking)} {'has' if len(lacking) == 1 else 'have'} no finite set of public "
+           f"values (a declared domain, or a DATE or integer range of at most {MAX_GROUPS} values) (hint: declare "
+           f"columns={{'{col_c}': {{'domain': [...]}}}} on table '{tables[col_a].name}', compute the key from one public "
+           "table's columns only, or write a CASE whose results are literals)")
+    if private is None or not located:
+        policy(g, msg)
+        return None
+    return ir.JoinKey(name, flat_g, written, "private", col_a, col_c, typ.name, None, private(g, msg), match)
+
+
 def key_outputs(node: exp.Expression, keys: list[ir.JoinKey], flatten: Callable[[exp.Expression], exp.Expression],
-                aggregates: Mapping[str, exp.Expression] | None = None) -> exp.Expression:
+                aggregates: Mapping[str, exp.Expression] | None = None,
+                probe: Callable[[exp.Expression], exp.Expression] | None = None) -> exp.Expression:
     """A SELECT item over internal names: aggregates -> their released values (``aggregates``: by the
     call's lower-case SQL, e.g. ``__a1``, or AVG's quotient of two; default ``__a0``), key expressions
-    -> ``__k<i>``. The caller makes sure every aggregate call is in ``aggregates``."""
-    by_sql = {k.expr.sql(dialect="duckdb"): k.name for k in keys}
+    -> ``__k<i>`` (a ``derived`` key: any expression without aggregates that is written as the key is,
+    over the same columns; ``probe`` flattens it without reporting, default ``flatten``). The caller makes sure
+    every aggregate call is in ``aggregates``."""
+    by_sql = {k.expr.sql(dialect="duckdb"): k.name for k in keys if k.match is None}
+    by_match = {k.match: k.name for k in keys if k.match is not None}
+
+    def matched(x: exp.Expression) -> str | None:
+        if (not by_match or isinstance(x, exp.Column) or any(True for _ in x.find_all(exp.AggFunc))
+                or not any(True for _ in x.find_all(exp.Column))):
+            return None
+        y = (probe or flatten)(x)
+        for ident in y.find_all(exp.Identifier):
+            ident.set("quoted", False)
+        return by_match.get(y.sql(dialect="duckdb"))
 
     def swap(x: exp.Expression) -> exp.Expression:
         if isinstance(x, exp.AggFunc):
             if aggregates is None:
                 return exp.column("__a0")
             return aggregates[x.sql(dialect="duckdb").lower()].copy()
+        if (hit := matched(x)) is not None:
+            return exp.column(hit)
         if isinstance(x, (exp.Column, exp.Year, exp.Extract, exp.Anonymous)):
             year = _year_arg(x)  # (extract(year FROM d), date_part('year', d): the key year(d), as :func:`_key` reads it)
             s = flatten(x if year is None else exp.func("year", year.copy())).sql(dialect="duckdb")

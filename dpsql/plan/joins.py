@@ -390,6 +390,14 @@ class _JoinBuilder:
             c.replace(stands_for(exp.column(f or "__unknown", quoted=False), c))  # messages quote c as written
         return out
 
+    def quiet_flatten(self, node: exp.Expression, where: str) -> exp.Expression:
+        """:meth:`flatten` without reporting (a probe: whether ``node`` is written as a key is)."""
+        before = len(self.vs)
+        try:
+            return self.flatten(node, where)
+        finally:
+            del self.vs[before:]
+
     def using_condition(self, join: exp.Join, position: int | None) -> exp.Expression | None:
         """``JOIN b USING (c, ...)`` as ``ON a.c = b.c AND ...``: ``a`` is the one input before the join holding
         ``c`` (or, when several inputs were joined by an earlier ``USING (c)``, the first of them, which they all
@@ -741,7 +749,7 @@ class _JoinBuilder:
         pv: list[Violation] = []
         self.keys = group_keys(stmt, [(i.alias, i.table) for i in self.inputs], self.resolve, self.bad,
                                lambda n, m: _bad(self.sql, n, self.public_twin(n, m), pv),
-                               lambda n, m: violation(n, self.sql, self.public_twin(n, m)))
+                               lambda n, m: violation(n, self.sql, self.public_twin(n, m)), dict(self.flat_schema))
         if pv and not self.vs:
             _raise(pv, policy=True)  # a key without a public key set: the owner's declaration is missing
         self.vs.extend(pv)
@@ -833,7 +841,8 @@ class _JoinBuilder:
                 name, n = f"{base}_{n}", n + 1
             used.add(name.lower())
             self.item_at = pos  # (key_outputs flattens what is outside the aggregates only)
-            post = key_outputs(inner, self.keys, lambda x: self.flatten(x, "SELECT"), swap)
+            post = key_outputs(inner, self.keys, lambda x: self.flatten(x, "SELECT"), swap,
+                               lambda x: self.quiet_flatten(x, "SELECT"))
             self.item_at = None
             for c in post.find_all(exp.Column):
                 if not self.known(c):
@@ -914,7 +923,8 @@ class _JoinBuilder:
                 return exp.Anonymous(this=name, expressions=[])
             return x
 
-        post = key_outputs(node.copy().transform(mark), self.keys, lambda x: self.flatten(x, clause), swap)
+        post = key_outputs(node.copy().transform(mark), self.keys, lambda x: self.flatten(x, clause), swap,
+                           lambda x: self.quiet_flatten(x, clause))
         post = post.transform(lambda x: marks[str(x.this)].copy()
                               if isinstance(x, exp.Anonymous) and str(x.this) in marks else x)
         for c in post.find_all(exp.Column):

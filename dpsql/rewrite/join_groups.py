@@ -72,6 +72,8 @@ def _canonical(k: ir.JoinKey, e: exp.Expression) -> exp.Expression:
 def _key_set(k: ir.JoinKey, jp: ir.JoinPlan, catalog: Mapping[str, TableSpec]) -> exp.Select:
     # a key with no public key set (kind 'private') is refused by the router before any read; never read it here
     assert k.kind != "private" and k.refusal is None, f"GROUP BY {k.sql}: no public key set"
+    if k.kind == "derived":
+        return _derived_set(k, jp, catalog)
     if k.domain is not None:
         # a year is BIGINT, as year() is in SQL (a bare literal would be an INTEGER key)
         vals = [exp.cast(exp.Literal.number(v), "BIGINT") if k.kind == "year" else domain_literal(v, k.sql_type) for v in k.domain]
@@ -90,6 +92,34 @@ def _key_set(k: ir.JoinKey, jp: ir.JoinPlan, catalog: Mapping[str, TableSpec]) -
     q = exp.select(exp.alias_(_canonical(k, _col(flat(k.alias, k.column))), k.name)).distinct().from_(rel.subquery("__p"))
     for c in conds:
         q = q.where(c)
+    return q
+
+
+def _derived_set(k: ir.JoinKey, jp: ir.JoinPlan, catalog: Mapping[str, TableSpec]) -> exp.Select:
+    """A ``derived`` key's set (``dpsql.plan.join_groups``), from public values only: a CASE's literal results; the
+    expression's distinct values over the product of its columns' public values; or over the rows of the one public
+    table it reads, after the WHERE conjuncts over that table alone."""
+    if k.results is not None:
+        vals = [exp.cast(exp.Null(), k.sql_type) if v is None else domain_literal(v, k.sql_type) for v in k.results]
+        listed = exp.select(exp.alias_(exp.func("unnest", exp.Array(expressions=vals)), k.name)).subquery("__domain")
+        return exp.select(exp.alias_(_canonical(k, _col(k.name)), k.name)).from_(listed)
+    value = exp.alias_(_canonical(k, k.expr.copy()), k.name)
+    if k.value_sets is not None:
+        q = exp.select(value).distinct()
+        for j, (name, typ, values) in enumerate(k.value_sets):
+            listed = exp.select(exp.alias_(exp.func("unnest", exp.Array(expressions=[domain_literal(v, typ) for v in values])),
+                                           name)).subquery(f"__v{j}")
+            q = q.from_(listed) if j == 0 else q.join(listed, join_type="cross")
+        return q
+    t = catalog[dict(jp.inputs)[k.alias]]
+    local, _ = _split_where(jp)
+    read = [c.name for c in k.expr.find_all(exp.Column)] + [c.name for e in local.get(k.alias, []) for c in e.find_all(exp.Column)]
+    cols = sorted({c.split("__", 1)[1] for c in read})
+    rel = exp.select(*[exp.alias_(exp.column(c, quoted=True), flat(k.alias, c)) for c in cols]).from_(
+        exp.to_table(t.view or source_name(t.name), quoted=True))
+    q = exp.select(value).distinct().from_(rel.subquery("__p"))
+    for c in local.get(k.alias, []):
+        q = q.where(guard(c, dict(jp.flat_schema)))
     return q
 
 
