@@ -247,9 +247,10 @@ from dpsql.noise import (
     round_to_granularity,
 )
 from dpsql.plan import ir
+from dpsql.plan.join_groups import MAX_GROUPS
 from dpsql.plan.joins import PeopleBound, bound_people
 from dpsql.rewrite.bound import Caps
-from dpsql.rewrite.join_groups import clip_scale, clipped_groups, key_set, sampled_groups, unowned_scale
+from dpsql.rewrite.join_groups import clip_scale, clipped_groups, key_set_sizes, sampled_groups, unowned_scale
 from dpsql.rewrite.joins import Part, parts_of
 
 BETA = 0.1
@@ -1044,9 +1045,13 @@ class VectorJoinMechanism:
         calibrated for that d. The charge itself, (eps*, delta), does not depend on d (module docstring)."""
         if cal.d is not None:
             return
-        count = exp.select(exp.alias_(exp.func("count", exp.Star()), "n")).from_(
-            key_set(cal.jp, cal.catalog).subquery("__dom"))
-        d = int(engine.fetch_arrow(count, what="the public key set").column("n")[0].as_py())
+        # each key's set counted alone (the product is never built here): d is their product
+        sizes = engine.fetch_arrow(key_set_sizes(cal.jp, cal.catalog), what="the public key set")
+        d = math.prod(int(sizes.column(i)[0].as_py()) for i in range(sizes.num_columns))
+        if d > MAX_GROUPS:
+            raise UnsupportedQueryError(
+                f"the GROUP BY keys have {d} combinations in their public key sets; a grouped join releases at most "
+                f"{MAX_GROUPS} groups", hint="group by fewer or coarser keys, or filter the public table in the WHERE")
         if d > 0:
             _params(cal, d)
 

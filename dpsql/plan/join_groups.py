@@ -55,7 +55,7 @@ from dpsql.catalog import TableSpec
 from dpsql.plan import ir
 from dpsql.plan.joins import SEP
 from dpsql.plan.parse import quoted, stands_for
-from dpsql.plan.typer import TEMPORAL_ARG, TypeRefusal, type_domain, type_key
+from dpsql.plan.typer import _INT_RANGES, TEMPORAL_ARG, TypeRefusal, parse_type, type_domain, type_key
 
 #: integer types whose declared bounds list a derived key's public values
 _INTEGRAL = {"TINYINT", "SMALLINT", "INTEGER", "INT", "INT2", "INT4", "INT8", "BIGINT", "HUGEINT", "UTINYINT",
@@ -128,6 +128,8 @@ def group_keys(
                 bad(g, f"GROUP BY {n}: the select list has {len(stmt.expressions)} item(s)")
                 continue
             g = stmt.expressions[n - 1].unalias()
+        while isinstance(g, exp.Paren):  # GROUP BY (col): the column's key
+            g = g.this
         if any(True for _ in g.find_all(exp.AggFunc)):
             bad(g, "aggregates are not allowed in GROUP BY")
             continue
@@ -216,9 +218,14 @@ def _public_values(t: TableSpec, column: str) -> tuple[Any, ...] | None:
             lo_f, hi_f = float(b[0]), float(b[1])
         except (TypeError, ValueError):  # pragma: no cover - the catalog validates bounds
             return None
-        if not (math.isfinite(lo_f) and math.isfinite(hi_f)) or not 0 <= hi_f - lo_f < MAX_GROUPS:
+        if not (math.isfinite(lo_f) and math.isfinite(hi_f)):
             return None
-        return tuple(range(math.ceil(lo_f), math.floor(hi_f) + 1))
+        # the column's type holds no value beyond its range (bounds wider than the type, or read as a DOUBLE one past it)
+        t_lo, t_hi, _ = _INT_RANGES.get(parse_type(t.schema[column]).name, (-math.inf, math.inf, 0))
+        first, last = max(math.ceil(lo_f), t_lo), min(math.floor(hi_f), t_hi)
+        if not last - first < MAX_GROUPS:
+            return None
+        return tuple(range(int(first), int(last) + 1))
     return None
 
 
@@ -302,15 +309,15 @@ def _derived(g: exp.Expression, name: str, tables: Mapping[str, TableSpec],
     aliases = {a for _, a, _ in located}
     if len(aliases) == 1 and tables[next(iter(aliases))].public:
         return key()  # the distinct values over the public table's rows (``dpsql.rewrite.join_groups``)
-    sets: list[tuple[str, str, tuple[Any, ...]]] | None = []
+    found: list[tuple[str, str, tuple[Any, ...]]] = []
     size = 1
     for f, a, c in located:
         vals = _public_values(tables[a], c)
         if vals is None:
-            sets = None
             break
-        sets.append((f, schema.get(f, tables[a].schema.get(c, "VARCHAR")), vals))
+        found.append((f, schema.get(f, tables[a].schema.get(c, "VARCHAR")), vals))
         size *= len(vals)
+    sets = found if len(found) == len(located) else None
     if sets is not None and size <= MAX_GROUPS:
         return key(value_sets=tuple(sets))
     results = _literal_results(g)

@@ -41,7 +41,9 @@ person's long key is never carried with each of their tuples, and the released k
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from sqlglot import exp
 
@@ -95,6 +97,45 @@ def _key_set(k: ir.JoinKey, jp: ir.JoinPlan, catalog: Mapping[str, TableSpec]) -
     return q
 
 
+#: a run of consecutive integers or days longer than this is counted out in the query, not listed value by value
+_LISTED = 64
+
+
+def _run_start(values: tuple[Any, ...]) -> int | datetime.date | None:
+    """The first of ``values`` when they are consecutive integers or consecutive days (an integer range's or a DATE
+    range's public values, ``dpsql.plan.join_groups._public_values``), else None."""
+    first = values[0] if values else None
+    if isinstance(first, int) and not isinstance(first, bool):
+        ok = all(type(v) is int and v == first + i for i, v in enumerate(values))
+    elif isinstance(first, datetime.date) and not isinstance(first, datetime.datetime):
+        ok = all(type(v) is datetime.date and (v - first).days == i for i, v in enumerate(values))
+    else:
+        return None
+    return first if ok else None
+
+
+def _values(name: str, typ: str, values: tuple[Any, ...]) -> exp.Select:
+    """One column ``name`` holding ``values`` (typed ``typ``), one row each: listed; a long run of consecutive integers
+    or days as its first value plus 0 ... n-1, the offsets counted out from crossed decimal digits (a list of literals
+    as long as a declared range, up to 100 000, took minutes to copy and render at each query)."""
+    start = _run_start(values) if len(values) > _LISTED else None
+    if start is None:
+        return exp.select(exp.alias_(exp.func("unnest", exp.Array(expressions=[domain_literal(v, typ) for v in values])), name))
+    places = len(str(len(values) - 1))
+    digits = [exp.select(exp.alias_(exp.func("unnest", exp.Array(expressions=[exp.Literal.number(d) for d in range(10)])),
+                                    "__d")).subquery(f"__p{i}") for i in range(places)]
+    offset: exp.Expression = _col("__p0.__d")
+    for i in range(1, places):
+        offset = exp.Add(this=offset, expression=exp.Mul(this=_col(f"__p{i}.__d"), expression=exp.Literal.number(10 ** i)))
+    # a day's offset is added to the DATE (DATE + INTEGER is a DATE on both engines); an integer's to the first value
+    base = domain_literal(start, typ) if isinstance(start, datetime.date) else exp.Literal.number(start)
+    value = exp.cast(exp.Add(this=base, expression=exp.Paren(this=offset)), typ)
+    q = exp.select(exp.alias_(value, name)).from_(digits[0])
+    for d in digits[1:]:
+        q = q.join(d, join_type="cross")
+    return q.where(exp.LT(this=exp.Paren(this=offset.copy()), expression=exp.Literal.number(len(values))))
+
+
 def _derived_set(k: ir.JoinKey, jp: ir.JoinPlan, catalog: Mapping[str, TableSpec]) -> exp.Select:
     """A ``derived`` key's set (``dpsql.plan.join_groups``), from public values only: a CASE's literal results; the
     expression's distinct values over the product of its columns' public values; or over the rows of the one public
@@ -107,8 +148,7 @@ def _derived_set(k: ir.JoinKey, jp: ir.JoinPlan, catalog: Mapping[str, TableSpec
     if k.value_sets is not None:
         q = exp.select(value).distinct()
         for j, (name, typ, values) in enumerate(k.value_sets):
-            listed = exp.select(exp.alias_(exp.func("unnest", exp.Array(expressions=[domain_literal(v, typ) for v in values])),
-                                           name)).subquery(f"__v{j}")
+            listed = _values(name, typ, values).subquery(f"__v{j}")
             q = q.from_(listed) if j == 0 else q.join(listed, join_type="cross")
         return q
     t = catalog[dict(jp.inputs)[k.alias]]
@@ -121,6 +161,14 @@ def _derived_set(k: ir.JoinKey, jp: ir.JoinPlan, catalog: Mapping[str, TableSpec
     for c in local.get(k.alias, []):
         q = q.where(guard(c, dict(jp.flat_schema)))
     return q
+
+
+def key_set_sizes(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec]) -> exp.Select:
+    """One row: ``__n<i>``, the number of keys of each key's set, each counted alone (public rows only), so that the
+    size of their product is known without building it."""
+    counts = [exp.alias_(exp.select(exp.func("count", exp.Star())).from_(_key_set(k, jp, catalog).subquery(f"__s{i}"))
+                         .subquery(), f"__n{i}") for i, k in enumerate(jp.keys)]
+    return exp.select(*counts)
 
 
 def key_set(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec]) -> exp.Select:
