@@ -120,7 +120,7 @@ def test_the_key_is_named_as_written_in_select_having_and_order_by(data: dict[st
 
 
 def test_two_keys_one_derived_one_public(data: dict[str, pa.Table], s: Any) -> None:
-    sql = (f"SELECT n.n_name, year(l.l_shipdate) AS y, CASE WHEN l.l_price > 50 THEN 'hi' ELSE 'lo' END AS b, "
+    sql = ("SELECT n.n_name, year(l.l_shipdate) AS y, CASE WHEN l.l_price > 50 THEN 'hi' ELSE 'lo' END AS b, "
            "COUNT(*) AS n FROM customer c JOIN nation n ON c.c_nationkey = n.n_nationkey JOIN orders o "
            "ON c.c_custkey = o.o_custkey JOIN lineitem l ON o.o_orderkey = l.l_orderkey GROUP BY 1, 2, 3")
     r = s.query(sql, epsilon=4.0, delta=1e-7)

@@ -302,15 +302,15 @@ def _derived(g: exp.Expression, name: str, tables: Mapping[str, TableSpec],
     aliases = {a for _, a, _ in located}
     if len(aliases) == 1 and tables[next(iter(aliases))].public:
         return key()  # the distinct values over the public table's rows (``dpsql.rewrite.join_groups``)
-    sets: list[tuple[str, str, tuple[Any, ...]]] | None = []
+    listed: list[tuple[str, str, tuple[Any, ...]]] = []
     size = 1
     for f, a, c in located:
         vals = _public_values(tables[a], c)
         if vals is None:
-            sets = None
             break
-        sets.append((f, schema.get(f, tables[a].schema.get(c, "VARCHAR")), vals))
+        listed.append((f, schema.get(f, tables[a].schema.get(c, "VARCHAR")), vals))
         size *= len(vals)
+    sets = listed if len(listed) == len(located) else None
     if sets is not None and size <= MAX_GROUPS:
         return key(value_sets=tuple(sets))
     results = _literal_results(g)
