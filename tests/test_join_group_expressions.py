@@ -60,7 +60,9 @@ def test_a_case_of_literals_over_a_private_column_releases_its_results(data: dic
     assert r.table.column("b").to_pylist() == ["hi", "mid", None]
     assert released(r) == truth(data, sql.replace(" ORDER BY b", "")) and len(released(r)) == 3
     ex = s.explain(sql, epsilon=4.0, delta=1e-7)
-    assert [k["kind"] for k in ex.parameters["group_keys"]] == ["derived"]
+    assert [(k["kind"], k["values"]) for k in ex.parameters["group_keys"]] == [("derived", 3)]
+    ex = s.explain(f"SELECT date_trunc('month', l.l_shipdate) AS m, COUNT(*) {LO} GROUP BY m", epsilon=4.0, delta=1e-7)
+    assert ex.parameters["group_keys"][0]["values"].startswith("the expression over its columns' public values")
 
 
 def test_a_case_with_a_literal_it_never_reaches_still_releases_it(data: dict[str, pa.Table], s: Any) -> None:
