@@ -237,3 +237,22 @@ def test_a_timestamp_read_through_its_date_takes_the_days_of_its_range() -> None
             s.query(f"SELECT {key} AS k, COUNT(*) FROM p JOIN e ON p.pid = e.pid GROUP BY 1", epsilon=1.0, delta=1e-6)
     assert s.history().num_rows == 4
     s.close()
+
+
+def test_under_a_left_join_an_expression_key_is_a_one_table_key() -> None:
+    """A LEFT JOIN is answered by the one-table path only (the join mechanisms join inner): an expression of the
+    lookup's columns is a key as on one table, released above the sparse histogram's threshold; at zero noise every
+    group equals plain SQL's, the unmatched rows' group ('none', from NULL) included. The same key over the inner join
+    releases the public key set by the join mechanisms."""
+    from test_lookup_left_join import JOIN, _duckdb, _session
+
+    s = _session(region_domain=False)
+    for key in ("coalesce(c.region, 'none')", "CASE WHEN c.region = 'EU' THEN 'eu' ELSE 'other' END"):
+        sql = f"SELECT {key} AS r, COUNT(*) AS n {JOIN} GROUP BY r ORDER BY r"
+        r = s.query(sql, epsilon=1.0, delta=1e-5)
+        assert r.mechanism == "sparse_histogram"
+        assert r.to_pylist() == _duckdb(sql) and len(r.to_pylist()) >= 2
+    inner = "SELECT coalesce(c.region, 'none') AS r, COUNT(*) AS n FROM events e JOIN countries c ON e.cc = c.code GROUP BY r"
+    r = s.query(inner + " ORDER BY r", epsilon=1.0, delta=1e-5)
+    assert r.mechanism == "clipped_gaussian" and r.to_pylist() == _duckdb(inner + " ORDER BY r")
+    s.close()

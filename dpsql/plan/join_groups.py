@@ -345,7 +345,7 @@ def _derived(g: exp.Expression, name: str, tables: Mapping[str, TableSpec],
 
     def key(**kw: Any) -> ir.JoinKey:
         return ir.JoinKey(name, expr, written, "derived", kw.pop("alias", first_alias), first_column, typ.name,
-                          None, None, match, **kw)
+                          None, None, match, written=flat_g, **kw)
 
     aliases = {a for _, a, _ in located}
     if len(aliases) == 1 and tables[next(iter(aliases))].public:
@@ -387,7 +387,8 @@ def _derived(g: exp.Expression, name: str, tables: Mapping[str, TableSpec],
     if private is None or not located:
         policy(g, msg)
         return None
-    return ir.JoinKey(name, flat_g, written, "private", col_a, col_c, typ.name, None, private(g, msg), match)
+    return ir.JoinKey(name, flat_g, written, "private", col_a, col_c, typ.name, None, private(g, msg), match,
+                      written=flat_g)
 
 
 def key_outputs(node: exp.Expression, keys: list[ir.JoinKey], flatten: Callable[[exp.Expression], exp.Expression],
