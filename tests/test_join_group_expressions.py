@@ -113,7 +113,7 @@ def test_an_expression_of_a_declared_domain_takes_its_image(data: dict[str, pa.T
 def test_the_key_is_named_as_written_in_select_having_and_order_by(data: dict[str, pa.Table], s: Any) -> None:
     """Written again with unqualified columns in the SELECT list, and named in HAVING and ORDER BY."""
     sql = (f"SELECT CASE WHEN l_price > 50 THEN 'hi' ELSE 'lo' END AS b, COUNT(*) AS n {LO} "
-           "GROUP BY CASE WHEN l.l_price > 50 THEN 'hi' ELSE 'lo' END "
+           "GROUP BY (CASE WHEN l.l_price > 50 THEN 'hi' ELSE 'lo' END) "
            "HAVING CASE WHEN l.l_price > 50 THEN 'hi' ELSE 'lo' END <> 'hi' "
            "ORDER BY CASE WHEN l.l_price > 50 THEN 'hi' ELSE 'lo' END DESC")
     r = s.query(sql, epsilon=4.0, delta=1e-7)

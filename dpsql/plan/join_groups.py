@@ -321,7 +321,10 @@ def _derived(g: exp.Expression, name: str, tables: Mapping[str, TableSpec],
              policy: Callable[[exp.Expression, str], None], private: Callable[[exp.Expression, str], Any] | None,
              schema: Mapping[str, str]) -> ir.JoinKey | None:
     """A GROUP BY expression over a join (module docstring, ``derived``), or None (reported)."""
-    flat_g = g.copy()
+    bare = g
+    while isinstance(bare, exp.Paren):  # GROUP BY (CASE ... END): the key the SELECT list writes without them
+        bare = bare.this
+    flat_g = bare.copy()
     for c in list(flat_g.find_all(exp.Column)):
         f = resolve(c, "GROUP BY")
         if f is None:
@@ -401,10 +404,12 @@ def key_outputs(node: exp.Expression, keys: list[ir.JoinKey], flatten: Callable[
     every aggregate call is in ``aggregates``."""
     by_sql = {k.expr.sql(dialect="duckdb"): k.name for k in keys if k.match is None}
     by_match = {k.match: k.name for k in keys if k.match is not None}
+    # only a node of a derived key's own class is flattened and rendered to compare (each once, not every subtree)
+    roots = tuple({type(k.written) for k in keys if k.match is not None and k.written is not None})
 
     def matched(x: exp.Expression) -> str | None:
-        if (not by_match or isinstance(x, exp.Column) or any(True for _ in x.find_all(exp.AggFunc))
-                or not any(True for _ in x.find_all(exp.Column))):
+        if (not roots or not isinstance(x, roots) or isinstance(x, exp.Column)
+                or any(True for _ in x.find_all(exp.AggFunc)) or not any(True for _ in x.find_all(exp.Column))):
             return None
         y = (probe or flatten)(x)
         for ident in y.find_all(exp.Identifier):
