@@ -60,7 +60,9 @@ def test_a_case_of_literals_over_a_private_column_releases_its_results(data: dic
     assert r.table.column("b").to_pylist() == ["hi", "mid", None]
     assert released(r) == truth(data, sql.replace(" ORDER BY b", "")) and len(released(r)) == 3
     ex = s.explain(sql, epsilon=4.0, delta=1e-7)
-    assert [k["kind"] for k in ex.parameters["group_keys"]] == ["derived"]
+    assert [(k["kind"], k["values"]) for k in ex.parameters["group_keys"]] == [("derived", 3)]
+    ex = s.explain(f"SELECT date_trunc('month', l.l_shipdate) AS m, COUNT(*) {LO} GROUP BY m", epsilon=4.0, delta=1e-7)
+    assert ex.parameters["group_keys"][0]["values"].startswith("the expression over its columns' public values")
 
 
 def test_a_case_with_a_literal_it_never_reaches_still_releases_it(data: dict[str, pa.Table], s: Any) -> None:
@@ -111,7 +113,7 @@ def test_an_expression_of_a_declared_domain_takes_its_image(data: dict[str, pa.T
 def test_the_key_is_named_as_written_in_select_having_and_order_by(data: dict[str, pa.Table], s: Any) -> None:
     """Written again with unqualified columns in the SELECT list, and named in HAVING and ORDER BY."""
     sql = (f"SELECT CASE WHEN l_price > 50 THEN 'hi' ELSE 'lo' END AS b, COUNT(*) AS n {LO} "
-           "GROUP BY CASE WHEN l.l_price > 50 THEN 'hi' ELSE 'lo' END "
+           "GROUP BY (CASE WHEN l.l_price > 50 THEN 'hi' ELSE 'lo' END) "
            "HAVING CASE WHEN l.l_price > 50 THEN 'hi' ELSE 'lo' END <> 'hi' "
            "ORDER BY CASE WHEN l.l_price > 50 THEN 'hi' ELSE 'lo' END DESC")
     r = s.query(sql, epsilon=4.0, delta=1e-7)
@@ -120,7 +122,7 @@ def test_the_key_is_named_as_written_in_select_having_and_order_by(data: dict[st
 
 
 def test_two_keys_one_derived_one_public(data: dict[str, pa.Table], s: Any) -> None:
-    sql = (f"SELECT n.n_name, year(l.l_shipdate) AS y, CASE WHEN l.l_price > 50 THEN 'hi' ELSE 'lo' END AS b, "
+    sql = ("SELECT n.n_name, year(l.l_shipdate) AS y, CASE WHEN l.l_price > 50 THEN 'hi' ELSE 'lo' END AS b, "
            "COUNT(*) AS n FROM customer c JOIN nation n ON c.c_nationkey = n.n_nationkey JOIN orders o "
            "ON c.c_custkey = o.o_custkey JOIN lineitem l ON o.o_orderkey = l.l_orderkey GROUP BY 1, 2, 3")
     r = s.query(sql, epsilon=4.0, delta=1e-7)
@@ -187,8 +189,8 @@ def test_too_many_combinations_are_refused_free() -> None:
     s.register("p", pa.table({"pid": [1, 2]}), privacy_unit="pid")
     s.register("e", pa.table({"pid": [1, 2], "v": [3, 4]}), references={"pid": "p.pid"}, degree_bounds={"pid": 3},
                columns={"v": {"bounds": (0, 200_000)}})
-    with pytest.raises(PolicyError, match=r"'e.v' has no finite set of public values \(a declared domain, or a DATE or "
-                                          r"integer range of at most 100000 values\)"):
+    with pytest.raises(PolicyError, match=r"'e.v' has no finite set of public values \(a declared domain, a DATE or "
+                                          r"integer range of at most 100000 values, or a TIMESTAMP range"):
         s.query("SELECT e.v % 7 AS r, COUNT(*) FROM p JOIN e ON p.pid = e.pid GROUP BY r", epsilon=1.0, delta=1e-6)
     assert s.history().num_rows == 0
     s.close()
@@ -202,4 +204,55 @@ def test_a_tuple_whose_key_is_outside_the_key_set_is_not_counted(data: dict[str,
     got = released(s.query(f"SELECT date_trunc('month', l.l_shipdate) AS m, COUNT(*) {LO} GROUP BY m",
                            epsilon=4.0, delta=1e-7))
     assert len(got) == 36 and all(v == 0 for v in got.values())
+    s.close()
+
+
+def test_a_timestamp_read_through_its_date_takes_the_days_of_its_range() -> None:
+    """date_trunc to a day or coarser, a date part, a cast to DATE: the key set over the range's days (their
+    midnights); an hour of the same column has no public key set and is refused for free."""
+    import numpy as np
+
+    g = np.random.default_rng(1)
+    base = datetime.datetime(2024, 1, 1)
+    p = pa.table({"pid": np.arange(50)})
+    e = pa.table({"pid": g.integers(0, 50, 300),
+                  "ts": pa.array([base + datetime.timedelta(seconds=int(x)) for x in g.integers(0, 90 * 86400, 300)],
+                                 pa.timestamp("us"))})
+    s = dpsql.Session(budget=Budget(100.0, 1e-3))
+    use_noise(s, zero_noise())
+    s.register("p", p, privacy_unit="pid")
+    s.register("e", e, references={"pid": "p.pid"}, degree_bounds={"pid": 20},
+               columns={"ts": {"bounds": ("2024-01-01 00:00:00", "2024-03-31 23:59:59"), "bin_width": "1 hour"}})
+    con = duckdb.connect()
+    con.register("p", p)
+    con.register("e", e)
+    for key, n in (("date_trunc('month', e.ts)", 3), ("CAST(e.ts AS DATE)", 91), ("dayofweek(e.ts)", 7),
+                   ("extract(quarter FROM e.ts)", 1)):
+        sql = f"SELECT {key} AS k, COUNT(*) AS n FROM p JOIN e ON p.pid = e.pid GROUP BY 1"
+        got = released(s.query(sql, epsilon=1.0, delta=1e-6))
+        assert len(got) == n, key
+        assert {k: v for k, v in got.items() if v} == dict(con.execute(sql).fetchall()), key
+    for key in ("hour(e.ts)", "date_trunc('hour', e.ts)", "strftime(e.ts, '%Y-%m')"):
+        with pytest.raises(PolicyError, match="'e.ts' has no finite set of public values"):
+            s.query(f"SELECT {key} AS k, COUNT(*) FROM p JOIN e ON p.pid = e.pid GROUP BY 1", epsilon=1.0, delta=1e-6)
+    assert s.history().num_rows == 4
+    s.close()
+
+
+def test_under_a_left_join_an_expression_key_is_a_one_table_key() -> None:
+    """A LEFT JOIN is answered by the one-table path only (the join mechanisms join inner): an expression of the
+    lookup's columns is a key as on one table, released above the sparse histogram's threshold; at zero noise every
+    group equals plain SQL's, the unmatched rows' group ('none', from NULL) included. The same key over the inner join
+    releases the public key set by the join mechanisms."""
+    from test_lookup_left_join import JOIN, _duckdb, _session
+
+    s = _session(region_domain=False)
+    for key in ("coalesce(c.region, 'none')", "CASE WHEN c.region = 'EU' THEN 'eu' ELSE 'other' END"):
+        sql = f"SELECT {key} AS r, COUNT(*) AS n {JOIN} GROUP BY r ORDER BY r"
+        r = s.query(sql, epsilon=1.0, delta=1e-5)
+        assert r.mechanism == "sparse_histogram"
+        assert r.to_pylist() == _duckdb(sql) and len(r.to_pylist()) >= 2
+    inner = "SELECT coalesce(c.region, 'none') AS r, COUNT(*) AS n FROM events e JOIN countries c ON e.cc = c.code GROUP BY r"
+    r = s.query(inner + " ORDER BY r", epsilon=1.0, delta=1e-5)
+    assert r.mechanism == "clipped_gaussian" and r.to_pylist() == _duckdb(inner + " ORDER BY r")
     s.close()

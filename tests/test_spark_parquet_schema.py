@@ -63,7 +63,7 @@ def _register(b: SparkBackend, source: str, footers: bool, monkeypatch: pytest.M
     """(registered types or the ConfigError's text, the view's Spark schema, its rows, Spark jobs run)."""
     with monkeypatch.context() as m:
         if not footers:
-            m.setattr(SparkBackend, "_footer_schemas", lambda self, paths: None)
+            m.setattr(SparkBackend, "_footer_schemas", lambda self, name, paths: None)
         sc = b.spark.sparkContext
         group = f"schema-{footers}-{source}"
         sc.setJobGroup(group, "registration")
@@ -103,9 +103,11 @@ def test_every_type_registers_as_spark_infers_it_without_a_job(backend: SparkBac
         # INT96 (every timestamp of the legacy file) is a TIMESTAMP, as DuckDB reads it
         assert types["ts_utc"] == ("TIMESTAMP WITH TIME ZONE" if fname == "plain.parquet" else "TIMESTAMP"), fname
         assert types["ts_us"] == types["ts_ms"] == "TIMESTAMP", fname
-    # nanoseconds: refused by Spark on both paths alike
+    # nanoseconds: refused on both paths alike, naming the column, the file and the fix
     pq.write_table(pa.table({"ns": pa.array([1], pa.timestamp("ns"))}), tmp_path / "ns.parquet", version="2.6")
-    _same(backend, str(tmp_path / "ns.parquet"), monkeypatch)
+    message, _ = _same(backend, str(tmp_path / "ns.parquet"), monkeypatch)
+    assert f"the Parquet file '{tmp_path / 'ns.parquet'}' stores 'ns' as TIMESTAMP(NANOS), which Spark" in message
+    assert "coerce_timestamps='us'" in message
 
 
 def test_a_file_spark_wrote_keeps_its_own_schema(backend: SparkBackend, tmp_path: Path,

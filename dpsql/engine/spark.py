@@ -600,6 +600,31 @@ def _quiet(spark: Any) -> None:
         pass
 
 
+
+_NANOS_HINT = ("rewrite the column in microseconds (pyarrow: pq.write_table(t, path, coerce_timestamps='us'); DuckDB "
+               "writes TIMESTAMP columns in microseconds), or use the DuckDB engine, which reads nanosecond timestamps")
+
+
+def _refuse_nanos(name: str, path: str, schema: Any) -> None:
+    """A ConfigError naming the columns of a Parquet file's schema (its footer) stored as TIMESTAMP(NANOS), which
+    Spark's reader does not read (its schema conversion fails, for every file and row alike)."""
+    found: list[str] = []
+    stack = [(t, "") for t in schema.getFields()]
+    while stack:
+        t, under = stack.pop()
+        at = f"{under}{t.getName()}"
+        if not t.isPrimitive():
+            stack.extend((c, at + ".") for c in t.asGroupType().getFields())
+            continue
+        ann = t.getLogicalTypeAnnotation()
+        if (ann is not None and str(ann.getClass().getSimpleName()) == "TimestampLogicalTypeAnnotation"
+                and str(ann.getUnit().toString()) == "NANOS"):
+            found.append(at)
+    if found:
+        cols = ", ".join(f"'{c}'" for c in sorted(found))
+        raise ConfigError(f"table '{name}': the Parquet file {path!r} stores {cols} as TIMESTAMP(NANOS), which Spark "
+                          "does not read", hint=_NANOS_HINT)
+
 class SparkBackend:
     """The Spark execution backend (:class:`dpsql.engine.base.ExecutionBackend`).
 
@@ -715,7 +740,7 @@ class SparkBackend:
                         "file://") else _expand(str(source).removeprefix("file://"))
                     # the files' version before their footers are read: one replaced meanwhile is refused below
                     first = native.versions(paths) if all(os.path.isfile(p) for p in paths) else None
-                    footers = self._footer_schemas(paths)
+                    footers = self._footer_schemas(name, paths)
                     if footers is not None:  # every file's schema from its footer, on the driver: no Spark job
                         table_schema = footers[0][1]
                         file_schemas = [m for m, _ in footers]
@@ -775,9 +800,18 @@ class SparkBackend:
                 raise
             except Exception as e:  # noqa: BLE001 - Spark's errors come in many classes; the text is withheld
                 # an OSError: a file gone or not readable meanwhile (a retry may read it)
-                failure = (InputUnavailableError if isinstance(e, OSError) else ConfigError)(
-                    f"cannot read table source for '{name}' ({kind}): {type(e).__name__}",
-                    hint="check that the path exists, is readable by Spark and is valid Parquet"
+                nanos = kind == "parquet" and "TIMESTAMP(NANOS" in str(e)  # a schema's type (read only to say so)
+                if nanos:
+                    try:  # the columns, named as the footers' path names them (local files)
+                        self._nanos_of(name, _expand(str(source).removeprefix("file://")))
+                    except ConfigError as named:
+                        failure = named
+                    except Exception:  # noqa: BLE001 - not local files: the message below, without the columns
+                        pass
+                failure = failure or (InputUnavailableError if isinstance(e, OSError) else ConfigError)(
+                    f"cannot read table source for '{name}' ({kind}): {type(e).__name__}"
+                    + (": a column is stored as Parquet TIMESTAMP(NANOS), which Spark does not read" if nanos else ""),
+                    hint=_NANOS_HINT if nanos else "check that the path exists, is readable by Spark and is valid Parquet"
                     if kind == "parquet" else "check the Arrow table's column types "
                     "(docs/spark.md, Sources), or use the DuckDB engine")
         if failure is not None:
@@ -924,7 +958,22 @@ class SparkBackend:
                               "would fail while reading some of them",
                               hint="rewrite the files with one type per column, or register them as separate tables")
 
-    def _footer_schemas(self, paths: list[str]) -> list[tuple[Any, Any]] | None:
+    def _nanos_of(self, name: str, paths: list[str]) -> None:
+        """:func:`_refuse_nanos` over each local file's footer (no row)."""
+        sc = self._spark.sparkContext
+        jvm, conf = sc._jvm, sc._jsc.hadoopConfiguration()
+        for p in paths:
+            if not os.path.isfile(p):
+                continue
+            reader = jvm.org.apache.parquet.hadoop.ParquetFileReader.open(
+                jvm.org.apache.parquet.hadoop.util.HadoopInputFile.fromPath(jvm.org.apache.hadoop.fs.Path(
+                    os.path.abspath(p)), conf))
+            try:
+                _refuse_nanos(name, p, reader.getFooter().getFileMetaData().getSchema())
+            finally:
+                reader.close()
+
+    def _footer_schemas(self, name: str, paths: list[str]) -> list[tuple[Any, Any]] | None:
         """Each file's Parquet schema and Spark schema, read from its footer on the driver (no Spark job,
         no row), as Spark's own schema inference converts a footer (``ParquetFileFormat.readSchemaFromFooter``
         with the session's settings); None where Spark's inference would choose among files or
@@ -952,6 +1001,7 @@ class SparkBackend:
                 meta = reader.getFooter()
             finally:
                 reader.close()
+            _refuse_nanos(name, p, meta.getFileMetaData().getSchema())
             spark_schema = pq.ParquetFileFormat.readSchemaFromFooter(jvm.org.apache.parquet.hadoop.Footer(path, meta),
                                                                       converter)
             # a file source's columns are all nullable, as Spark's reader makes an inferred schema

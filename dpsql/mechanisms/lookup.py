@@ -71,14 +71,17 @@ def one_table_plan(plan: ir.QueryPlan, people: PeopleBound, catalog: Mapping[str
     """The plan of a lookup join as a query over one table, the joined relation (module docstring): its
     schema the join's flat columns, its unit the owner's column, its caps and tau the private table's.
     None (then the join mechanisms answer) when the owner is not a column of the private input holding the person,
-    or for a GROUP BY year(col) or another expression with a public key set (``derived``; the one-table path declares
-    key sets for columns only)."""
+    or for a GROUP BY year(col), or another expression with a public key set (``derived``) of an inner join (the
+    one-table path declares key sets for columns only; under a LEFT JOIN, which the join mechanisms do not answer, such
+    an expression is a one-table key, answered as on one table: by the sparse histogram)."""
     jp = plan.join
     owner = people.owner
     if jp is None or owner is None or "," in owner.column or len(owner.hops) > 1:
         return None
-    if any(k.kind in ("year", "derived") for k in jp.keys):  # a key set of years or of an expression's values: the
-        return None  # one-table path knows domains of columns only
+    if any(k.kind == "year" for k in jp.keys):  # a key set of years: the one-table path knows domains of columns only
+        return None
+    if not jp.left and any(k.kind == "derived" for k in jp.keys):  # an expression's public key set, released in full by
+        return None  # the join mechanisms; under a LEFT JOIN (inner joins only there) the one-table path's keys
     private = catalog[dict(jp.inputs)[owner.alias]]
     if private.public:
         return None

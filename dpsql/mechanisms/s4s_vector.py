@@ -860,8 +860,7 @@ def describe(cal: VectorCalibration) -> Description:
         "Delta_holds": "enforced" if cal.people.enforced else "attested",
         "Delta_derivation": cal.people.derivation,
         "join": cal.jp.describe(),
-        "group_keys": [{"key": k.sql, "kind": k.kind, "values": len(k.domain) if k.domain is not None else "read from the public table"}
-                       for k in cal.jp.keys],
+        "group_keys": [{"key": k.sql, "kind": k.kind, "values": _key_values(k)} for k in cal.jp.keys],
         "d": cal.d if cal.d is not None else "number of public keys (known at run time)",
         "parts": [{"sign": p.sign, "scale": p.scale} for p in cal.parts],
         "beta": BETA,
@@ -1058,6 +1057,17 @@ class VectorJoinMechanism:
     def release(self, cal: VectorCalibration, bounded: pa.Table | None, rng: NoiseSource) -> Released:
         assert bounded is not None
         return release(cal, bounded, rng)
+
+
+def _key_values(k: ir.JoinKey) -> int | str:
+    """How many keys a GROUP BY key's public key set holds, or where they come from (explain)."""
+    if k.domain is not None:
+        return len(k.domain)
+    if k.results is not None:
+        return len(k.results)
+    if k.value_sets is not None:
+        return "the expression over its columns' public values (computed at run time)"
+    return "read from the public table"
 
 
 def route_name(options: dict[str, Any], people: PeopleBound) -> MechanismName:

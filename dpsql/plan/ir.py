@@ -137,6 +137,9 @@ class JoinKey:
     value_sets: tuple[tuple[str, str, tuple[Any, ...]], ...] | None = None
     #: kind ``derived`` for a CASE whose every result is a literal: those results (None for NULL), the key set
     results: tuple[Any, ...] | None = None
+    #: kind ``derived``: the expression as written over flat column names, before typing (``expr`` is its total,
+    #: canonical rendering); the one-table path of a lookup join types it again as its own key
+    written: exp.Expression | None = None
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,10 @@ outside the declared range) are not counted: a per-tuple filter on the tuple's o
   - it reads columns of one public table only: its distinct values over that table's rows after the WHERE
     conjuncts over that table alone (as a ``public`` key's);
   - every column it reads has finite public values: a declared ``domain``, a BOOLEAN column, a DATE column
-    with a declared ordered range (its days), an integer column with declared bounds (its integers), at most
-    :data:`MAX_GROUPS` combinations: its distinct values over their product;
+    with a declared ordered range (its days), a TIMESTAMP column with a declared range read through its date
+    alone (``date_trunc('month', ts)``, ``year(ts)``, ``CAST(ts AS DATE)``: its days' midnights), an integer
+    column with declared bounds (its integers), at most :data:`MAX_GROUPS` combinations: its distinct values over
+    their product;
   - it is a ``CASE`` (or ``IF``) whose every result is a text, integer or boolean literal or NULL: those
     results (NULL when a branch or the missing ELSE gives it).
 
@@ -194,10 +196,55 @@ def _key(g: exp.Expression, tables: Mapping[str, TableSpec], resolve: Callable[[
     return ir.JoinKey(name, exp.column(f, quoted=False), where, "private", alias, column, typ, None, private(g, msg))
 
 
-def _public_values(t: TableSpec, column: str) -> tuple[Any, ...] | None:
+#: functions whose value at a TIMESTAMP is their value at its day's midnight (its date alone decides them)
+_DAY_FUNCS = (exp.Year, exp.Month, exp.Quarter, exp.Day, exp.DayOfWeek, exp.DayOfWeekIso, exp.DayOfYear, exp.Week,
+              exp.Dayname, exp.Monthname, exp.LastDay)
+#: date_trunc / extract / date_part parts decided by a timestamp's date alone
+_DAY_PARTS = {"year", "quarter", "month", "week", "day", "decade", "century", "millennium", "isoyear", "dow",
+              "dayofweek", "isodow", "doy", "dayofyear", "yearweek", "weekofyear"}
+
+
+def _part(node: exp.Expression | None) -> str | None:
+    if isinstance(node, (exp.Var, exp.Identifier)) or (isinstance(node, exp.Literal) and node.is_string):
+        return str(node.this).lower()
+    return None
+
+
+def _by_date_only(col: exp.Column) -> bool:
+    """Whether this occurrence of a TIMESTAMP column is read through its date alone (``date_trunc('month', ts)``,
+    ``year(ts)``, ``CAST(ts AS DATE)``, ...): then its value at any instant of a day is its value at the day's
+    midnight."""
+    p, key = col.parent, col.arg_key
+    if isinstance(p, _DAY_FUNCS) and key == "this":
+        return True
+    if isinstance(p, (exp.TimestampTrunc, exp.DateTrunc)) and key == "this":
+        return _part(p.args.get("unit")) in _DAY_PARTS
+    if isinstance(p, exp.Extract) and key == "expression":
+        return _part(p.this) in _DAY_PARTS
+    if isinstance(p, (exp.Cast, exp.TryCast)) and key == "this":
+        return p.to.is_type(exp.DataType.Type.DATE)
+    if (isinstance(p, exp.Anonymous) and str(p.this).lower() in ("date_part", "datepart") and len(p.expressions) == 2
+            and p.expressions[1] is col):
+        return _part(p.expressions[0]) in _DAY_PARTS
+    return False
+
+
+def _days(lo_v: Any, hi_v: Any) -> list[datetime.date] | None:
+    lo, hi = (d if isinstance(d, datetime.date) else _day_of(d) for d in (lo_v, hi_v))
+    if isinstance(lo, datetime.datetime):
+        lo = lo.date()
+    if isinstance(hi, datetime.datetime):
+        hi = hi.date()
+    if lo is None or hi is None or not 0 <= (hi - lo).days < MAX_GROUPS:
+        return None
+    return [lo + datetime.timedelta(days=n) for n in range((hi - lo).days + 1)]
+
+
+def _public_values(t: TableSpec, column: str, by_date: bool = False) -> tuple[Any, ...] | None:
     """The finite public values of a column, or None: its declared domain; a BOOLEAN's two values; a DATE
-    column's days in its declared ordered range; an integer column's integers in its declared bounds (at
-    most :data:`MAX_GROUPS` each)."""
+    column's days in its declared ordered range; a TIMESTAMP column's days (as midnights) in its declared ordered
+    range when the expression reads it through its date alone (``by_date``); an integer column's integers in its
+    declared bounds (at most :data:`MAX_GROUPS` each)."""
     spec = t.column(column)
     if spec.domain is not None:
         return tuple(spec.domain)
@@ -206,10 +253,11 @@ def _public_values(t: TableSpec, column: str) -> tuple[Any, ...] | None:
         return (False, True)
     o = spec.ordered
     if base == "DATE" and o is not None and o.kind == "date":
-        lo, hi = (d if isinstance(d, datetime.date) else _day_of(d) for d in (o.lo, o.hi))
-        if lo is None or hi is None or not 0 <= (hi - lo).days < MAX_GROUPS:
-            return None
-        return tuple(lo + datetime.timedelta(days=n) for n in range((hi - lo).days + 1))
+        days = _days(o.lo, o.hi)
+        return None if days is None else tuple(days)
+    if base == "TIMESTAMP" and by_date and o is not None and o.kind in ("date", "timestamp"):
+        days = _days(o.lo, o.hi)
+        return None if days is None else tuple(datetime.datetime(d.year, d.month, d.day) for d in days)
     if base in _INTEGRAL:
         b = spec.bounds if spec.bounds is not None else (o.lo, o.hi) if o is not None and o.kind == "numeric" else None
         if b is None:
@@ -280,7 +328,10 @@ def _derived(g: exp.Expression, name: str, tables: Mapping[str, TableSpec],
              policy: Callable[[exp.Expression, str], None], private: Callable[[exp.Expression, str], Any] | None,
              schema: Mapping[str, str]) -> ir.JoinKey | None:
     """A GROUP BY expression over a join (module docstring, ``derived``), or None (reported)."""
-    flat_g = g.copy()
+    bare = g
+    while isinstance(bare, exp.Paren):  # GROUP BY (CASE ... END): the key the SELECT list writes without them
+        bare = bare.this
+    flat_g = bare.copy()
     for c in list(flat_g.find_all(exp.Column)):
         f = resolve(c, "GROUP BY")
         if f is None:
@@ -304,20 +355,21 @@ def _derived(g: exp.Expression, name: str, tables: Mapping[str, TableSpec],
 
     def key(**kw: Any) -> ir.JoinKey:
         return ir.JoinKey(name, expr, written, "derived", kw.pop("alias", first_alias), first_column, typ.name,
-                          None, None, match, **kw)
+                          None, None, match, written=flat_g, **kw)
 
     aliases = {a for _, a, _ in located}
     if len(aliases) == 1 and tables[next(iter(aliases))].public:
         return key()  # the distinct values over the public table's rows (``dpsql.rewrite.join_groups``)
-    found: list[tuple[str, str, tuple[Any, ...]]] = []
+    by_date = {f for f in cols if all(_by_date_only(c) for c in flat_g.find_all(exp.Column) if c.name == f)}
+    listed: list[tuple[str, str, tuple[Any, ...]]] = []
     size = 1
     for f, a, c in located:
-        vals = _public_values(tables[a], c)
+        vals = _public_values(tables[a], c, f in by_date)
         if vals is None:
             break
-        found.append((f, schema.get(f, tables[a].schema.get(c, "VARCHAR")), vals))
+        listed.append((f, schema.get(f, tables[a].schema.get(c, "VARCHAR")), vals))
         size *= len(vals)
-    sets = found if len(found) == len(located) else None
+    sets = listed if len(listed) == len(located) else None
     if sets is not None and size <= MAX_GROUPS:
         return key(value_sets=tuple(sets))
     results = _literal_results(g)
@@ -333,17 +385,20 @@ def _derived(g: exp.Expression, name: str, tables: Mapping[str, TableSpec],
         bad(g, f"GROUP BY {written}: its columns' public values have {size} combinations; a grouped join computes a "
                f"key set from at most {MAX_GROUPS} (hint: narrow the declared domains or ranges, or group by coarser keys)")
         return None
-    lacking = [f"{tables[a].name}.{c}" for f, a, c in located if _public_values(tables[a], c) is None]
-    col_a, col_c = next(((a, c) for f, a, c in located if _public_values(tables[a], c) is None), (first_alias, first_column))
+    lacking = [f"{tables[a].name}.{c}" for f, a, c in located if _public_values(tables[a], c, f in by_date) is None]
+    col_a, col_c = next(((a, c) for f, a, c in located if _public_values(tables[a], c, f in by_date) is None),
+                        (first_alias, first_column))
     msg = (f"GROUP BY {written}: over joins a key computed by an expression needs a public key set, and "
            f"{', '.join(repr(x) for x in lacking)} {'has' if len(lacking) == 1 else 'have'} no finite set of public "
-           f"values (a declared domain, or a DATE or integer range of at most {MAX_GROUPS} values) (hint: declare "
+           f"values (a declared domain, a DATE or integer range of at most {MAX_GROUPS} values, or a TIMESTAMP range "
+           "read through its date alone, e.g. date_trunc('day', ts)) (hint: declare "
            f"columns={{'{col_c}': {{'domain': [...]}}}} on table '{tables[col_a].name}', compute the key from one public "
            "table's columns only, or write a CASE whose results are literals)")
     if private is None or not located:
         policy(g, msg)
         return None
-    return ir.JoinKey(name, flat_g, written, "private", col_a, col_c, typ.name, None, private(g, msg), match)
+    return ir.JoinKey(name, flat_g, written, "private", col_a, col_c, typ.name, None, private(g, msg), match,
+                      written=flat_g)
 
 
 def key_outputs(node: exp.Expression, keys: list[ir.JoinKey], flatten: Callable[[exp.Expression], exp.Expression],
@@ -356,10 +411,12 @@ def key_outputs(node: exp.Expression, keys: list[ir.JoinKey], flatten: Callable[
     every aggregate call is in ``aggregates``."""
     by_sql = {k.expr.sql(dialect="duckdb"): k.name for k in keys if k.match is None}
     by_match = {k.match: k.name for k in keys if k.match is not None}
+    # only a node of a derived key's own class is flattened and rendered to compare (each once, not every subtree)
+    roots = tuple({type(k.written) for k in keys if k.match is not None and k.written is not None})
 
     def matched(x: exp.Expression) -> str | None:
-        if (not by_match or isinstance(x, exp.Column) or any(True for _ in x.find_all(exp.AggFunc))
-                or not any(True for _ in x.find_all(exp.Column))):
+        if (not roots or not isinstance(x, roots) or isinstance(x, exp.Column)
+                or any(True for _ in x.find_all(exp.AggFunc)) or not any(True for _ in x.find_all(exp.Column))):
             return None
         y = (probe or flatten)(x)
         for ident in y.find_all(exp.Identifier):

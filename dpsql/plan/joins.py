@@ -880,7 +880,7 @@ class _JoinBuilder:
             having = post_having if having is None else exp.and_(exp.Paren(this=having), exp.Paren(this=post_having))
         lim, off = self.int_clause("limit"), self.int_clause("offset")
         _raise(self.vs)
-        keys = [ir.GroupKey(k.expr, k.name, k.sql, k.domain) for k in self.keys]
+        keys = [ir.GroupKey(k.written if k.written is not None else k.expr, k.name, k.sql, k.domain) for k in self.keys]
         return ir.QueryPlan(sql=sql, table=first, where=None, keys=keys, aggregates=aggregates, outputs=outputs,
                             having=having, order=order, limit=lim, offset=off, join=join_plan)
 
@@ -902,7 +902,7 @@ class _JoinBuilder:
                 c.replace(stands_for(exp.column(f, quoted=False), c))
         jp = self.people((ir.COUNT_STAR, None, (1.0, 1.0)), None, where_flat, conditions)
         jp = dataclasses.replace(jp, one_table_only=tuple(self.deferred), statement=flat_stmt)
-        keys = [ir.GroupKey(k.expr, k.name, k.sql, k.domain) for k in self.keys]
+        keys = [ir.GroupKey(k.written if k.written is not None else k.expr, k.name, k.sql, k.domain) for k in self.keys]
         return ir.QueryPlan(sql=self.sql, table=self.inputs[0].table, where=None, keys=keys, aggregates=[], outputs=[],
                             join=jp)
 
