@@ -159,3 +159,43 @@ def test_a_counted_out_date_range_is_exactly_the_declared_days() -> None:
     assert days[0] == datetime.datetime(1800, 1, 1) and days[-1] == datetime.datetime(2072, 12, 31)
     assert time.monotonic() - t0 < 60
     s.close()
+
+
+def test_a_counted_out_range_of_a_timestamps_days_is_exactly_its_midnights() -> None:
+    """A TIMESTAMP column read through its date alone takes its declared range's days as midnights: about 36 500
+    days counted out in the query, each a TIMESTAMP at 00:00 (a row at 13:30 counts under its day)."""
+    import datetime
+
+    con = duckdb.connect()
+    con.execute("CREATE TABLE p (pid INTEGER)")
+    con.execute("INSERT INTO p SELECT range FROM range(3)")
+    con.execute("CREATE TABLE e (pid INTEGER, ts TIMESTAMP)")
+    con.execute("INSERT INTO e VALUES (0, TIMESTAMP '1950-01-01 13:30:00'), (1, TIMESTAMP '2049-12-31 23:59:59'), "
+                "(2, TIMESTAMP '2050-01-01 00:00:00')")
+    s = dpsql.Session(budget=Budget(100.0, 1e-3), connection=con)
+    use_noise(s, zero_noise())
+    s.register("p", "p", privacy_unit="pid")
+    s.register("e", "e", references={"pid": "p.pid"}, degree_bounds={"pid": 3},
+               columns={"ts": {"bounds": ("1950-01-01", "2049-12-31"), "bin_width": "1 day"}})
+    t0 = time.monotonic()
+    r = s.query(f"SELECT date_trunc('day', e.ts) AS d, COUNT(*) AS n {J} GROUP BY d", epsilon=1.0, delta=1e-6)
+    got = dict(zip(r.table.column("d").to_pylist(), r.table.column("n").to_pylist(), strict=True))
+    assert len(got) == (datetime.date(2049, 12, 31) - datetime.date(1950, 1, 1)).days + 1
+    assert min(got) == datetime.datetime(1950, 1, 1) and max(got) == datetime.datetime(2049, 12, 31)
+    assert {k: v for k, v in got.items() if v} == {datetime.datetime(1950, 1, 1): 1, datetime.datetime(2049, 12, 31): 1}
+    assert time.monotonic() - t0 < 60
+    s.close()
+
+
+def test_a_case_whose_only_result_is_null_releases_the_null_key(tpch_session: Any) -> None:
+    """CASE ... THEN NULL END (no ELSE): every result is NULL, a literal, so its key set is {NULL} (the third rule).
+    Before: refused with a hint to 'write a CASE whose results are literals', which it was."""
+    lo = "FROM lineitem l JOIN orders o ON o.o_orderkey = l.l_orderkey"
+    r = tpch_session.query(f"SELECT CASE WHEN l.l_price > 50 THEN NULL END AS b, COUNT(*) AS n {lo} GROUP BY b",
+                           epsilon=4.0, delta=1e-7)
+    con = duckdb.connect()
+    for k, v in tpch().items():
+        con.register(k, v)
+    total = con.execute(f"SELECT COUNT(*) {lo}").fetchone()[0]  # type: ignore[index]
+    con.close()
+    assert r.table.to_pylist() == [{"b": None, "n": total}]

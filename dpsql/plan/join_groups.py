@@ -320,7 +320,7 @@ def _literal_results(g: exp.Expression) -> list[Any] | None:
         if (type(v), v) not in seen:  # (True and 1 are two results)
             seen.add((type(v), v))
             out.append(v)
-    return out if any(v is not None for v in out) else None
+    return out  # (NULL alone included: CASE ... THEN NULL END, the key set {NULL})
 
 
 def _derived(g: exp.Expression, name: str, tables: Mapping[str, TableSpec],

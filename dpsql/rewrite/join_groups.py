@@ -107,7 +107,10 @@ def _run_start(values: tuple[Any, ...]) -> int | datetime.date | None:
     first = values[0] if values else None
     if isinstance(first, int) and not isinstance(first, bool):
         ok = all(type(v) is int and v == first + i for i, v in enumerate(values))
-    elif isinstance(first, datetime.date) and not isinstance(first, datetime.datetime):
+    elif isinstance(first, datetime.datetime):  # a TIMESTAMP column's days (midnights) read through its date alone
+        ok = all(type(v) is datetime.datetime and v - first == datetime.timedelta(days=i) for i, v in enumerate(values))
+        ok = ok and first == datetime.datetime(first.year, first.month, first.day)
+    elif isinstance(first, datetime.date):
         ok = all(type(v) is datetime.date and (v - first).days == i for i, v in enumerate(values))
     else:
         return None
@@ -127,9 +130,13 @@ def _values(name: str, typ: str, values: tuple[Any, ...]) -> exp.Select:
     offset: exp.Expression = _col("__p0.__d")
     for i in range(1, places):
         offset = exp.Add(this=offset, expression=exp.Mul(this=_col(f"__p{i}.__d"), expression=exp.Literal.number(10 ** i)))
-    # a day's offset is added to the DATE (DATE + INTEGER is a DATE on both engines); an integer's to the first value
-    base = domain_literal(start, typ) if isinstance(start, datetime.date) else exp.Literal.number(start)
-    value = exp.cast(exp.Add(this=base, expression=exp.Paren(this=offset)), typ)
+    # a day's offset is added to the DATE (DATE + INTEGER is a DATE on both engines; a midnight is that DATE cast to
+    # TIMESTAMP); an integer's to the first value
+    if isinstance(start, datetime.date):
+        day = start.date() if isinstance(start, datetime.datetime) else start
+        value = exp.cast(exp.cast(exp.Add(this=domain_literal(day, "DATE"), expression=exp.Paren(this=offset)), "DATE"), typ)
+    else:
+        value = exp.cast(exp.Add(this=exp.Literal.number(start), expression=exp.Paren(this=offset)), typ)
     q = exp.select(exp.alias_(value, name)).from_(digits[0])
     for d in digits[1:]:
         q = q.join(d, join_type="cross")
