@@ -1041,7 +1041,8 @@ class VectorJoinMechanism:
     def check_public(self, cal: VectorCalibration, engine: Any) -> None:
         """Before any charge: with a key set read from a public table, count its keys (public rows only)
         and refuse (ConfigError, nothing spent, naming the computed limits) when (epsilon, delta) cannot be
-        calibrated for that d. The charge itself, (eps*, delta), does not depend on d (module docstring)."""
+        calibrated for that d; d is the product of the keys' sets, each counted alone, and beyond
+        ``MAX_GROUPS`` the query is refused (UnsupportedQueryError) before any product is built. The charge itself, (eps*, delta), does not depend on d (module docstring)."""
         if cal.d is not None:
             return
         # each key's set counted alone (the product is never built here): d is their product
