@@ -4,7 +4,9 @@
   ordered by the key values, NULL last): declared domains and years as literal lists; a public table's
   column as its distinct values after the WHERE conjuncts over that table alone (public rows only),
   NULL included when the table holds one (SQL's NULL group; a tuple's key matches the set's NULL-safely).
-  The product of the keys' sets when there are several.
+  A derived key's set over its columns' public values, a long run of consecutive integers or days among them
+  counted out from crossed decimal digits rather than listed. The product of the keys' sets when there are
+  several (its size known first: :func:`key_set_sizes` counts each set alone, before the charge).
 * :func:`clipped_groups` (one person per tuple): per owner and group the sum of the tuple values
   (per part the exact integer sum of the weights, converted once: the same bits in any order), each
   owner's vector clipped in L2 to the public bound C (scaled by min(1, C/norm)); tuples whose owner
