@@ -16,7 +16,7 @@ from test_s4s_vector import session, tpch
 
 import dpsql
 from dpsql.budget import Budget
-from dpsql.errors import DPSQLError
+from dpsql.errors import DPSQLError, UnsupportedQueryError
 from dpsql.testing import use_noise, zero_noise
 
 
@@ -82,6 +82,19 @@ def test_declared_bounds_wider_than_the_columns_type_are_the_types_values(typ: s
         # (the catalog keeps bounds as DOUBLEs: 2^63 - 10 000 is read as 2^63 - 10 240, a public widening)
         assert max(got) == 2**63 - 1 and min(got) == 2**63 - 10_240
     s.close()
+
+
+def test_declared_bounds_holding_no_value_of_the_type_are_refused_free() -> None:
+    """UTINYINT declared within (-10, -5): the key set would be empty whatever the data. Before: charged, no row."""
+    s = _ints("UTINYINT", [1, 2, 3], (-10, -5))
+    with pytest.raises(UnsupportedQueryError, match=r"the declared bounds of 'e.v' hold no value of its type UTINYINT"):
+        s.query(f"SELECT e.v + 0 AS k, COUNT(*) AS n {J} GROUP BY k", epsilon=1.0, delta=1e-6)
+    assert s.history().num_rows == 0
+    # negative control: bounds that hold one value of the type are answered
+    s2 = _ints("UTINYINT", [1, 2, 3], (-10, 0))
+    assert s2.query(f"SELECT e.v + 0 AS k, COUNT(*) AS n {J} GROUP BY k", epsilon=1.0, delta=1e-6).table.num_rows == 1
+    s.close()
+    s2.close()
 
 
 @pytest.fixture(scope="module")

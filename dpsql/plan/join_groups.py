@@ -370,6 +370,13 @@ def _derived(g: exp.Expression, name: str, tables: Mapping[str, TableSpec],
         listed.append((f, schema.get(f, tables[a].schema.get(c, "VARCHAR")), vals))
         size *= len(vals)
     sets = listed if len(listed) == len(located) else None
+    empty = next((f for f, _, vals in listed if not vals), None)
+    if sets is not None and empty is not None:  # (integer bounds outside the column's type's range)
+        a, _, c = empty.partition(SEP)
+        bad(g, f"GROUP BY {written}: the declared bounds of '{tables[a].name}.{c}' hold no value of its type "
+               f"{tables[a].schema.get(c, '')}, so the release would have no row whatever the data (hint: declare "
+               "bounds within the column type's range)")
+        return None
     if sets is not None and size <= MAX_GROUPS:
         return key(value_sets=tuple(sets))
     results = _literal_results(g)
