@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
+import errno
 import io
 import json
 import math
@@ -1883,7 +1884,19 @@ class _StdoutGuard:
 
     def write(self, text: str) -> int:
         try:
-            return int(self.real.write(text))
+            raw = getattr(self.real, "buffer", None)
+            if not isinstance(raw, io.RawIOBase):
+                return int(self.real.write(text))
+            # unbuffered (PYTHONUNBUFFERED=1, python -u): the text layer writes straight to the file and drops a short
+            # count, which a pipe whose reader leaves mid-write returns (then EPIPE on the next write): written whole
+            self.real.flush()
+            view = memoryview(text.encode(self.real.encoding, self.real.errors))
+            while view:
+                n = raw.write(view)
+                if n is None:  # a non-blocking descriptor that is full
+                    raise BlockingIOError(errno.EAGAIN, "standard output would block")
+                view = view[n:]
+            return len(text)
         except OSError as e:
             self.failed = e
             raise

@@ -1,0 +1,87 @@
+"""The command line as an ETL job meets it: pipes whose reader leaves early, unbuffered streams
+(PYTHONUNBUFFERED=1, python -u, as many container images set), mistyped flags."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import sys
+import threading
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import run_cli as run
+
+KEYS = 12_000  # rows of the answer: its text is well beyond a pipe's 64 KiB
+
+
+@pytest.fixture
+def wide(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """A table whose GROUP BY over a declared domain releases KEYS rows, and a fresh ledger."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DPSQL_LEDGER", raising=False)
+    pq.write_table(pa.table({"user_id": list(range(2 * KEYS)), "k": [i % KEYS for i in range(2 * KEYS)]}), "w.parquet")
+    assert run(["init", "--ledger", "l.duckdb", "--epsilon", "10"]) == 0
+    return ["--ledger", "l.duckdb", "--table", "w=w.parquet", "--privacy-unit", "w=user_id",
+            "--domain", "w.k=" + ",".join(map(str, range(KEYS)))]
+
+
+def _entries(capsys: pytest.CaptureFixture[str]) -> list[dict[str, object]]:
+    capsys.readouterr()
+    assert run(["--ledger", "l.duckdb", "budget", "--history", "--format", "json"]) == 0
+    return list(json.loads(capsys.readouterr().out)["entries"])
+
+
+def _unbuffered_pipe_read_then_closed(monkeypatch: pytest.MonkeyPatch, keep: int = 100) -> dict[str, bytes]:
+    """sys.stdout as PYTHONUNBUFFERED=1 makes it (a text layer over the raw file, write-through) on a pipe whose reader
+    reads ``keep`` bytes and then closes it, as `dpsql ... | head -c 100` does."""
+    r, w = os.pipe()
+    got: dict[str, bytes] = {}
+
+    def reader() -> None:
+        got["data"] = os.read(r, keep)
+        os.close(r)
+
+    t = threading.Thread(target=reader, daemon=True)
+    t.start()
+    stream = io.TextIOWrapper(io.FileIO(w, "w"), encoding="utf-8", write_through=True)
+    monkeypatch.setattr(sys, "stdout", stream)
+    return got
+
+
+@pytest.mark.parametrize("fmt", ["table", "csv", "json"])
+def test_an_unbuffered_stdout_cut_short_by_its_reader_is_no_success(wide: list[str], capsys: pytest.CaptureFixture[str],
+                                                                     monkeypatch: pytest.MonkeyPatch, fmt: str) -> None:
+    """`PYTHONUNBUFFERED=1 dpsql query ... | head -c 100`: the raw write of the rows stopped at the pipe's 64 KiB when the
+    reader left, Python's text layer dropped the short count, and the command exited 0 with its answer cut short (and
+    the rest neither written nor kept). Now the rest of the write fails as a closed pipe does: exit 5, the answer
+    saved beside the ledger, the charge named."""
+    with monkeypatch.context() as m:
+        _unbuffered_pipe_read_then_closed(m)
+        code = run([*wide, "query", "SELECT k, COUNT(*) AS n FROM w GROUP BY k", "--epsilon", "1", "--format", fmt])
+    err = capsys.readouterr().err
+    assert code == 5, err
+    assert "writing stdout failed" in err and "its charge stands (ledger entry 1)" in err and "Traceback" not in err
+    saved = next(Path(".l.duckdb.releases").iterdir())
+    assert len(json.loads((saved / "release.json").read_text())["rows"]) == KEYS
+    assert [e["status"] for e in _entries(capsys)] == ["released"]
+
+
+def test_an_unbuffered_stdout_cut_short_fails_a_free_command_too(wide: list[str], capsys: pytest.CaptureFixture[str],
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """`dpsql budget --history --format csv | head -c 100` (long queries in the history) exited 0 under
+    PYTHONUNBUFFERED=1, its CSV cut short."""
+    sql = "SELECT COUNT(*) AS n FROM w WHERE CAST(k AS VARCHAR) <> '" + "x" * 2**17 + "'"  # a long query, kept whole
+    assert run([*wide, "query", sql, "--epsilon", "0.1"]) == 0
+    capsys.readouterr()
+    assert run(["--ledger", "l.duckdb", "budget", "--history", "--format", "csv"]) == 0
+    assert len(capsys.readouterr().out) > 2**17
+    with monkeypatch.context() as m:
+        _unbuffered_pipe_read_then_closed(m)
+        code = run(["--ledger", "l.duckdb", "budget", "--history", "--format", "csv"])
+    err = capsys.readouterr().err
+    assert code == 1, err
+    assert "writing stdout failed" in err and "nothing was charged" in err and "Traceback" not in err
