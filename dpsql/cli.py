@@ -1999,11 +1999,13 @@ def _cli_text(text: str) -> str:
         pairs = re.findall(r"(\w+)=([^,)]+)", args)
         keys = ", ".join(f"{k} = {json.dumps(v.strip(chr(39))) if v.startswith(chr(39)) else v}" for k, v in pairs)
         flags = " ".join(f"{_FLAG_OF[k]} {table}={v.strip(chr(39))}" for k, v in pairs if k in _FLAG_OF)
-        out = f"set {keys} under [tables.{table}] in the config" if pairs else f"register table '{table}'"
+        out = (f"set {keys} under [tables.{table}] in the config" if pairs
+               else f"--table {table}=PATH (or [tables.{table}] in the config)")
         per_query = " ".join(f"--option {k}={v}" for k, v in pairs if k == "max_rows_per_unit")  # a query option too
         return (out + (f" (or {flags} with --table)" if flags else "")
                 + (f", or cap this query with {per_query}" if per_query else ""))
 
+    text = re.sub(r"register\('\w+', '[^']*', \.\.\.\), (--table )", r"\1", text)  # (the same advice as the flag's, beside it)
     text = re.sub(r"register\('(\w+)', \.\.\.,? ?([^)]*)\)", register, text)
     text = re.sub(r"options=\{'(\w+)': ([^}]+)\}", lambda m: f"--option {m.group(1)}={m.group(2)}", text)
     text = re.sub(r"e\.g\. (epsilon|delta)=([0-9][0-9.e-]*)", r"e.g. --\1 \2", text)  # Budget's hints

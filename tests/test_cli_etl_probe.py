@@ -85,3 +85,33 @@ def test_an_unbuffered_stdout_cut_short_fails_a_free_command_too(wide: list[str]
     err = capsys.readouterr().err
     assert code == 1, err
     assert "writing stdout failed" in err and "nothing was charged" in err and "Traceback" not in err
+
+
+def test_a_directory_named_like_a_parquet_file_is_hinted_in_flags(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """`--table t=out.parquet` where out.parquet is a directory (as Spark and Hive write one): the hint named the Python
+    call `register('t', '.../out.parquet/*.parquet', ...)` beside the flag."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DPSQL_LEDGER", raising=False)
+    (tmp_path / "out.parquet").mkdir()
+    assert run(["init", "--ledger", "l.duckdb", "--epsilon", "1"]) == 0
+    capsys.readouterr()
+    assert run(["--ledger", "l.duckdb", "--table", "t=out.parquet", "--privacy-unit", "t=user_id", "query",
+                "SELECT COUNT(*) FROM t", "--epsilon", "0.1"]) == 2
+    err = capsys.readouterr().err
+    assert "is a directory" in err and "--table t=" in err and "out.parquet/*.parquet" in err
+    assert "register(" not in err and "Traceback" not in err
+
+
+def test_a_table_name_that_is_no_identifier_is_hinted_in_flags(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """`--table my-events=...`: the hint read 'e.g. register table 'events'', the Python call's words."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DPSQL_LEDGER", raising=False)
+    pq.write_table(pa.table({"user_id": [1, 2]}), "e.parquet")
+    assert run(["init", "--ledger", "l.duckdb", "--epsilon", "1"]) == 0
+    capsys.readouterr()
+    assert run(["--ledger", "l.duckdb", "--table", "my-events=e.parquet", "--privacy-unit", "my-events=user_id", "query",
+                "SELECT COUNT(*) FROM e", "--epsilon", "0.1"]) == 2
+    err = capsys.readouterr().err
+    assert "not a plain identifier" in err and "--table events=" in err and "register" not in err
