@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 DEFAULT_LEDGER = "dpsql_ledger.duckdb"
 
@@ -198,9 +198,54 @@ def _check_numbers(args: argparse.Namespace) -> None:
         raise ConfigError(f"{flag} {shlex.quote(v.text)} is refused: {why}{flag} must be {want}{_form(v.text)}", hint=hint)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser with every flag spelled in full and a mistyped flag named beside the flag meant. Prefix
+    matching (``--eps`` read as --epsilon, documented nowhere) made a job's line break, or change meaning, the day a
+    flag with the same prefix was added (``--o`` was already ambiguous between --option and --output); and
+    ``--epsilom 0.1`` was refused as 'the following arguments are required: --epsilon', which hid what was typed."""
+
+    #: the command line being parsed (set by main), where a refusal looks for the flags it does not know
+    argv: Sequence[str] = ()
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        target = self._command() if message.startswith("unrecognized arguments") else self
+        target.print_usage(sys.stderr)
+        target.exit(2, f"{target.prog}: error: {message}{target._unknown_flags()}\n")
+
+    def _command(self) -> _Parser:
+        """The parser of the command named on the line (whose flags a leftover one was meant as), else this one."""
+        choices = next((a.choices for a in self._actions if isinstance(a, argparse._SubParsersAction)), None) or {}
+        name = next((t for t in self.argv if t in choices), None)
+        found = choices.get(name) if name is not None else None
+        return found if isinstance(found, _Parser) else self
+
+    def _unknown_flags(self) -> str:
+        import difflib
+
+        known = [o for o in self._option_string_actions if o.startswith("--")]
+        seen: set[str] = set()
+        said = ""
+        for token in self.argv:
+            if token == "--":
+                break
+            name = token.split("=", 1)[0]
+            if not name.startswith("--") or len(name) < 3 or any(c.isspace() for c in name) or name in known or name in seen:
+                continue  # (a text with a space is a value: the SQL "-- comment\nSELECT ...")
+            seen.add(name)
+            longer = [o for o in known if o.startswith(name)]
+            close = longer or difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+            said += (f"; {name} is not a flag of {self.prog}" + (" (flags are spelled in full)" if longer else "")
+                     + (f": did you mean {' or '.join(close)}?" if close else f" ({self.prog} --help lists its flags)"))
+        return said
+
+
 def build_parser() -> argparse.ArgumentParser:
     fmt = argparse.RawDescriptionHelpFormatter
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="dpsql",
         description="Differentially private SQL over Parquet files, with a durable budget ledger.\n\n"
         "exit codes: 0 ok, 2 usage/query/config error (nothing charged), 66 an input file (a table's\n"
@@ -218,7 +263,7 @@ def build_parser() -> argparse.ArgumentParser:
     from dpsql import __version__
 
     parser.add_argument("--version", action="version", version=f"dpsql {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="{init,query,explain,budget,tables,describe,suggest-caps}")
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser, metavar="{init,query,explain,budget,tables,describe,suggest-caps}")
     p = sub.add_parser("init", help="create a budget ledger with a total budget", epilog=EXAMPLES["init"], formatter_class=fmt)
     _common(p, sub=True)
     p.add_argument("--epsilon", required=True, type=_number("--epsilon"), help="total epsilon")
@@ -1721,7 +1766,9 @@ def _main(argv: Sequence[str] | None) -> int:
     if sys.stderr is None:  # started with 2>&-: print(file=None) would put messages among the rows on stdout
         sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - for the rest of the process
     parser = build_parser()
-    args = parser.parse_args(_attach_negative_values(sys.argv[1:] if argv is None else list(argv)))
+    line = _attach_negative_values(sys.argv[1:] if argv is None else list(argv))
+    _Parser.argv = line
+    args = parser.parse_args(line)
     _texts_as_utf8(args)
     if not args.command:  # a usage error: its help goes to stderr, never into the caller's output file
         parser.print_help(sys.stderr)

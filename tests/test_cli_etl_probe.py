@@ -115,3 +115,48 @@ def test_a_table_name_that_is_no_identifier_is_hinted_in_flags(tmp_path: Path, m
                 "SELECT COUNT(*) FROM e", "--epsilon", "0.1"]) == 2
     err = capsys.readouterr().err
     assert "not a plain identifier" in err and "--table events=" in err and "register" not in err
+
+
+@pytest.fixture
+def small(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> list[str]:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DPSQL_LEDGER", raising=False)
+    pq.write_table(pa.table({"user_id": list(range(50))}), "e.parquet")
+    assert run(["init", "--ledger", "l.duckdb", "--epsilon", "1"]) == 0
+    capsys.readouterr()
+    return ["--ledger", "l.duckdb", "--table", "e=e.parquet", "--privacy-unit", "e=user_id"]
+
+
+@pytest.mark.parametrize("typed,meant,argv", [
+    ("--epsilom", "--epsilon", ["query", "SELECT COUNT(*) FROM e", "--epsilom", "0.1"]),
+    ("--formt", "--format", ["query", "SELECT COUNT(*) FROM e", "--epsilon", "0.1", "--formt", "csv"]),
+    ("--ouput", "--output", ["query", "SELECT COUNT(*) FROM e", "--epsilon", "0.1", "--ouput", "x.csv"]),
+    ("--histroy", "--history", ["budget", "--histroy"]),
+    ("--privacy-units", "--privacy-unit", ["query", "SELECT COUNT(*) FROM e", "--epsilon", "0.1", "--privacy-units", "e=x"]),
+])
+def test_a_mistyped_flag_is_named_with_the_flag_meant(small: list[str], capsys: pytest.CaptureFixture[str], typed: str,
+                                                      meant: str, argv: list[str]) -> None:
+    """`--epsilom 0.1` was refused as 'the following arguments are required: --epsilon', which does not say that
+    --epsilom was typed; `--formt csv` as 'unrecognized arguments' under the usage of `dpsql`, which lists no --format."""
+    assert run([*small, *argv]) == 2
+    err = capsys.readouterr().err
+    assert f"{typed} is not a flag of dpsql {argv[0]}" in err and f"did you mean {meant}?" in err, err
+    assert f"usage: dpsql {argv[0]}" in err
+    assert "Traceback" not in err
+    assert [e for e in _entries(capsys)] == []
+
+
+@pytest.mark.parametrize("argv,meant", [
+    (["query", "SELECT COUNT(*) FROM e", "--eps", "0.1"], "--epsilon"),
+    (["query", "SELECT COUNT(*) FROM e", "--epsilon", "0.1", "--form", "csv"], "--format"),
+    (["query", "SELECT COUNT(*) FROM e", "--epsilon", "0.1", "--out", "x.csv"], "--output"),
+])
+def test_an_abbreviated_flag_is_refused_naming_it_in_full(small: list[str], capsys: pytest.CaptureFixture[str],
+                                                          argv: list[str], meant: str) -> None:
+    """`--eps 0.1`, `--form csv` were read as --epsilon and --format (argparse's prefix matching, documented nowhere):
+    a job written so breaks, or changes meaning, the day a flag with the same prefix is added (`--o` already was
+    ambiguous between --option and --output). Flags are spelled in full."""
+    assert run([*small, *argv]) == 2
+    err = capsys.readouterr().err
+    assert f"did you mean {meant}?" in err and "spelled in full" in err, err
+    assert not Path("x.csv").exists() and _entries(capsys) == []
