@@ -1524,10 +1524,34 @@ def _cmd_budget(args: argparse.Namespace) -> int:
                 for c in h.column_names
                 if c in ("entry_id", "created_at", "status", "mechanism", "epsilon", "delta", "query")
             ]
-            sys.stdout.write(_format_table(h.select(keep)))
+            entries, cut = _cut_cells(h.select(keep), "query", "entry_id")
+            sys.stdout.write(_format_table(entries))
+            changes, cut_reasons = _cut_cells(snap["total_changes"], "reason", "change_id")
             print("total changes:")
-            sys.stdout.write(_format_table(snap["total_changes"]))
+            sys.stdout.write(_format_table(changes))
+            for what, ids in (("the query of entry", cut), ("the reason of change", cut_reasons)):
+                if ids:
+                    print(f"({what}{'s' if len(ids) > 1 else ''} {', '.join(map(str, ids))} is cut at {CELL_CHARS} characters, "
+                          "ending '...': --format json or csv prints it whole)")
     return 0
+
+
+#: the longest text a cell of the history's table shows: every row of a column is padded to its longest cell, so one
+#: query of megabytes (the SQL may hold 16 Mi characters) made every row of the table that wide
+CELL_CHARS = 160
+
+
+def _cut_cells(tbl: Any, column: str, key: str) -> tuple[Any, list[Any]]:
+    """``tbl`` with each text of ``column`` longer than CELL_CHARS cut to that many characters and '...', and the
+    ``key`` of each row cut."""
+    import pyarrow as pa
+
+    texts = tbl.column(column).to_pylist()
+    cut = [k for k, t in zip(tbl.column(key).to_pylist(), texts) if t is not None and len(t) > CELL_CHARS]
+    if cut:
+        short = [t if t is None or len(t) <= CELL_CHARS else t[:CELL_CHARS] + "..." for t in texts]
+        tbl = tbl.set_column(tbl.column_names.index(column), column, pa.array(short, pa.string()))
+    return tbl, cut
 
 
 def _json_rows(tbl: Any) -> list[dict[str, Any]]:

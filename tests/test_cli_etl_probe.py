@@ -160,3 +160,20 @@ def test_an_abbreviated_flag_is_refused_naming_it_in_full(small: list[str], caps
     err = capsys.readouterr().err
     assert f"did you mean {meant}?" in err and "spelled in full" in err, err
     assert not Path("x.csv").exists() and _entries(capsys) == []
+
+
+def test_the_history_table_cuts_a_long_query_short(small: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """`dpsql budget --history` padded every row's query cell to the longest query ever recorded: one query of 3 MB
+    (the SQL may hold 16 Mi characters) made 20 entries print 66 MB, built whole in memory. The table cuts a long query
+    short and says so; --format json and csv print it whole."""
+    long = "SELECT COUNT(*) FROM e WHERE CAST(user_id AS VARCHAR) <> '" + "x" * 2**17 + "'"
+    assert run([*small, "query", long, "--epsilon", "0.1"]) == 0
+    for _ in range(3):
+        assert run([*small, "query", "SELECT COUNT(*) FROM e", "--epsilon", "0.1"]) == 0
+    capsys.readouterr()
+    assert run(["--ledger", "l.duckdb", "budget", "--history"]) == 0
+    out = capsys.readouterr().out
+    assert len(out) < 4000, len(out)
+    assert "SELECT COUNT(*) FROM e WHERE CAST(user_id AS VARCHAR) <> 'xxx" in out and out.count("SELECT COUNT(*) FROM e") == 4
+    assert "--format json" in out and "entry 1" in out
+    assert [e["query"] for e in _entries(capsys)][0] == long  # whole in the JSON
