@@ -2086,6 +2086,9 @@ def _cli_text(text: str) -> str:
     text = text.replace("use a smaller epsilon (below 10 usually fits), or delta=0 (Laplace",
                         "use a smaller --epsilon (below 10 usually fits), or --delta 0 (Laplace")  # the Gaussian fp hint
     text = text.replace("use a smaller epsilon (below 10 usually fits)", "use a smaller --epsilon (below 10 usually fits)")
+    text = text.replace("ask for a smaller epsilon/delta, reuse an earlier release,",  # the ledger's refusal of a charge
+                        "ask for a smaller --epsilon or --delta (dpsql explain shows a query's cost, free), keep and reuse an "
+                        "earlier answer,")
     # the budget's words in a mechanism's refusal (a noise scale, a sampler's allowance): the flags
     text = re.sub(r"\buse (a smaller|a larger|an) epsilon\b", lambda m: f"use {m.group(1)} --epsilon", text)
     text = text.replace("use a small delta such as", "use a small --delta such as").replace(

@@ -177,3 +177,15 @@ def test_the_history_table_cuts_a_long_query_short(small: list[str], capsys: pyt
     assert "SELECT COUNT(*) FROM e WHERE CAST(user_id AS VARCHAR) <> 'xxx" in out and out.count("SELECT COUNT(*) FROM e") == 4
     assert "--format json" in out and "entry 1" in out
     assert [e["query"] for e in _entries(capsys)][0] == long  # whole in the JSON
+
+
+def test_an_exhausted_budget_is_hinted_in_flags(small: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """A job that runs out of budget mid-script: exit 3, nothing charged, and the fix in flags (it read 'ask for a
+    smaller epsilon/delta', the Python parameters)."""
+    assert run([*small, "query", "SELECT COUNT(*) FROM e", "--epsilon", "0.75"]) == 0
+    capsys.readouterr()
+    assert run([*small, "query", "SELECT COUNT(*) FROM e", "--epsilon", "0.5"]) == 3
+    err = capsys.readouterr().err
+    assert "privacy budget exceeded" in err and "nothing was charged" in err
+    assert "--epsilon" in err.split("hint:")[1] and "epsilon/delta" not in err and "dpsql budget --set-total" in err
+    assert len(_entries(capsys)) == 1
