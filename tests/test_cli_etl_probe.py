@@ -189,3 +189,22 @@ def test_an_exhausted_budget_is_hinted_in_flags(small: list[str], capsys: pytest
     assert "privacy budget exceeded" in err and "nothing was charged" in err
     assert "--epsilon" in err.split("hint:")[1] and "epsilon/delta" not in err and "dpsql budget --set-total" in err
     assert len(_entries(capsys)) == 1
+
+
+@pytest.mark.parametrize("sql,where,what", [
+    ("SELECT COUNT(*)\nFROM e\nWHERE CAST(user_id AS VARCHAR) = 'abc\n", "line 3, col 34", "quoted text"),
+    ("SELECT COUNT(*)\nFROM e\nWHERE \"user_id > 3\n", "line 3, col 7", "quoted name"),
+    ("SELECT COUNT(*) -- total\nFROM e /* people\n", "line 2, col 8", "comment"),
+    ("SELECT COUNT(*) FROM e WHERE CAST(user_id AS VARCHAR) <> '" + "x" * 100_000 + "' AND user_id = 'it''s\n",
+     "line 1, col 100075", "quoted text"),
+])
+def test_an_unclosed_quote_or_comment_is_placed_by_line_and_column(small: list[str], capsys: pytest.CaptureFixture[str],
+                                                                   sql: str, where: str, what: str) -> None:
+    """An unclosed quote in a -f file was 'SQL syntax error: Error tokenizing '...'': no line or column, and up to 100
+    characters of the SQL around the end of the text, with its line breaks, on stderr (an error of several lines)."""
+    Path("q.sql").write_text(sql)
+    assert run([*small, "query", "-f", "q.sql", "--epsilon", "0.1"]) == 2
+    err = capsys.readouterr().err
+    first, hint = err.splitlines()
+    assert first.startswith("error: SQLSyntaxError:") and where in first and what in first, err
+    assert "xxxxxxxxxx" not in err and hint.startswith("hint: ") and _entries(capsys) == []
