@@ -1890,6 +1890,9 @@ def _main(argv: Sequence[str] | None) -> int:
             first, _, rest = text.partition("\n")
             text = (f"{first} (the default ledger, {DEFAULT_LEDGER} in the working directory: no --ledger, $DPSQL_LEDGER "
                     f"or config names one)\n{rest}")
+        elif getattr(args, "ledger_where", None) == "$DPSQL_LEDGER" and text.startswith("no budget ledger at "):
+            first, _, rest = text.partition("\n")  # a stale variable in a job's environment: say where the path came from
+            text = f"{first} (named by $DPSQL_LEDGER; --ledger PATH or a config's [ledger] path comes first)\n{rest}"
         print(f"error: {name}: {_cli_text(text)}", file=sys.stderr)
         if getattr(args, "debug_on", False) and isinstance(e, ExecutionError) and e.debug_detail:
             print(f"debug: {e.debug_detail}", file=sys.stderr)

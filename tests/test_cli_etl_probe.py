@@ -208,3 +208,14 @@ def test_an_unclosed_quote_or_comment_is_placed_by_line_and_column(small: list[s
     first, hint = err.splitlines()
     assert first.startswith("error: SQLSyntaxError:") and where in first and what in first, err
     assert "xxxxxxxxxx" not in err and hint.startswith("hint: ") and _entries(capsys) == []
+
+
+def test_a_missing_ledger_named_by_the_environment_says_so(small: list[str], capsys: pytest.CaptureFixture[str],
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job whose $DPSQL_LEDGER names a ledger that is not there (a stale variable in a cron job's environment): the
+    error named the path only, and its hint `dpsql init ... --ledger PATH`, with no word of where the path came from."""
+    monkeypatch.setenv("DPSQL_LEDGER", "gone.duckdb")
+    assert run([*small[2:], "query", "SELECT COUNT(*) FROM e", "--epsilon", "0.1"]) == 4
+    err = capsys.readouterr().err
+    assert "no budget ledger at" in err and "$DPSQL_LEDGER" in err.splitlines()[0], err
+    assert not Path("gone.duckdb").exists()
