@@ -739,7 +739,9 @@ def _read_sql(args: argparse.Namespace) -> str:
                               "-f query.sql")
         return text
     if not args.sql:
-        raise ConfigError("no SQL given", hint='dpsql query "SELECT COUNT(*) FROM t" --epsilon 1')
+        raise ConfigError("no SQL given", hint=f'give it as an argument, e.g. dpsql {args.command} "SELECT COUNT(*) FROM t" '
+                          "--epsilon 1, or with -f FILE (-f - reads it from standard input: echo \"SELECT ...\" | dpsql "
+                          f"{args.command} -f - --epsilon 1)")
     sql = str(args.sql)
     bad = next((i for i, c in enumerate(sql) if "\udc80" <= c <= "\udcff"), None)
     if bad is not None:  # bytes that are not UTF-8 reach Python as lone surrogates (surrogateescape)

@@ -219,3 +219,14 @@ def test_a_missing_ledger_named_by_the_environment_says_so(small: list[str], cap
     err = capsys.readouterr().err
     assert "no budget ledger at" in err and "$DPSQL_LEDGER" in err.splitlines()[0], err
     assert not Path("gone.duckdb").exists()
+
+
+def test_sql_piped_without_f_dash_is_hinted_with_it(small: list[str], capsys: pytest.CaptureFixture[str],
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """`echo "SELECT ..." | dpsql query --epsilon 0.1`: 'no SQL given', hinted with an SQL argument only; standard input
+    is read with -f -."""
+    monkeypatch.setattr(sys, "stdin", io.StringIO("SELECT COUNT(*) FROM e"))
+    assert run([*small, "query", "--epsilon", "0.1"]) == 2
+    err = capsys.readouterr().err
+    assert "no SQL given" in err and "-f -" in err and "-f FILE" in err
+    assert _entries(capsys) == []
