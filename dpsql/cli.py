@@ -714,7 +714,10 @@ def _read_sql(args: argparse.Namespace) -> str:
             if e.start == 0 and bytes(e.object[:2]) in (b"\xff\xfe", b"\xfe\xff"):  # a UTF-16 byte order mark
                 raise ConfigError(f"{where} is UTF-16 text (it starts with a UTF-16 byte order mark), not UTF-8",
                                   hint=_UTF16_HINT.format(_sql_source(args))) from None
-            raise ConfigError(f"{where} is not UTF-8 text", hint="save the SQL as UTF-8 text") from None
+            raise ConfigError(f"{where} is not UTF-8 text ({_where_not_utf8(args, e)}a file saved in another encoding, e.g. "
+                              "Latin-1 or Windows-1252); nothing was charged",
+                              hint=f"save the SQL as UTF-8 text, e.g. iconv -f LATIN1 -t UTF-8 {_sql_source(args)} > query.sql, "
+                              "and give -f query.sql") from None
         except OSError as e:  # a file not readable (a retry may read it); standard input and a directory are the caller's
             unavailable = args.file != "-" and not isinstance(e, IsADirectoryError)
             raise (InputUnavailableError if unavailable else ConfigError)(f"{where} cannot be read ({e.strerror or type(e).__name__})",
@@ -751,6 +754,28 @@ def _read_sql(args: argparse.Namespace) -> str:
     return sql
 
 
+def _where_not_utf8(args: argparse.Namespace, e: UnicodeDecodeError) -> str:
+    """'byte 0xE9 at line 40, column 34; ' of the first byte of the -f text that is not UTF-8 ('' when it cannot be
+    told). A file's decoding error holds only the chunk read last, so the file's bytes are read again."""
+    raw, start = bytes(e.object), e.start
+    if args.file != "-":
+        try:
+            with open(args.file, "rb") as f:
+                raw = f.read(4 * (MAX_SQL_CHARS + 1))
+            raw.decode("utf-8")
+            return ""
+        except UnicodeDecodeError as whole:
+            start = whole.start
+        except OSError:
+            return ""
+    if not 0 <= start < len(raw):
+        return ""
+    line_start = raw.rfind(b"\n", 0, start) + 1
+    column = len(raw[line_start:start].removeprefix(b"\xef\xbb\xbf").decode("utf-8", "replace")) + 1
+    line = raw.count(b"\n", 0, start) + 1
+    return f"byte 0x{raw[start]:02X} at line {line}, column {column}; "
+
+
 _UTF16_HINT = "save the SQL as UTF-8 text, e.g. iconv -f UTF-16 -t UTF-8 {} > query.sql, and give -f query.sql"
 
 
@@ -771,10 +796,16 @@ def _read_stdin_utf8(limit: int) -> str:
         return str(sys.stdin.read(limit))
     decoder = codecs.getincrementaldecoder("utf-8")("strict")
     parts: list[str] = []
+    seen: list[bytes] = []  # (a refusal names where the first byte that is not UTF-8 is)
     n = 0
     while n < limit:
         chunk = raw.read1(65536) if hasattr(raw, "read1") else raw.read(65536)
-        text = decoder.decode(chunk, final=not chunk)
+        seen.append(chunk)
+        try:
+            text = decoder.decode(chunk, final=not chunk)
+        except UnicodeDecodeError:
+            b"".join(seen).decode("utf-8")  # the same error, placed in the whole text read
+            raise
         parts.append(text)
         n += len(text)
         if not chunk:

@@ -230,3 +230,18 @@ def test_sql_piped_without_f_dash_is_hinted_with_it(small: list[str], capsys: py
     err = capsys.readouterr().err
     assert "no SQL given" in err and "-f -" in err and "-f FILE" in err
     assert _entries(capsys) == []
+
+
+@pytest.mark.parametrize("stdin", [False, True])
+def test_a_byte_that_is_not_utf8_in_an_sql_file_is_placed(small: list[str], capsys: pytest.CaptureFixture[str],
+                                                          monkeypatch: pytest.MonkeyPatch, stdin: bool) -> None:
+    """A Latin-1 'é' on line 40 of a -f file (or -f -) was 'is not UTF-8 text', with no word of where; the SQL argument
+    names the byte and where it is."""
+    raw = b"-- report\n" * 39 + "SELECT COUNT(*) FROM e WHERE 'caf\u00e9' = 'x'\n".encode("latin-1")
+    Path("q.sql").write_bytes(raw)
+    if stdin:
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(raw)))
+    assert run([*small, "query", "-f", "-" if stdin else "q.sql", "--epsilon", "0.1"]) == 2
+    err = capsys.readouterr().err
+    assert "not UTF-8" in err and "byte 0xE9 at line 40, column 34" in err, err
+    assert "iconv -f LATIN1 -t UTF-8" in err and _entries(capsys) == []
