@@ -1164,11 +1164,48 @@ def _check_writable(flag: str, path: str) -> None:
                           hint=f"change {flag} to a file in a directory you can write to")
 
 
-def _split_statements(sql: str) -> list[str]:
-    """The statements of a ';'-separated workload, each as its own SQL text."""
-    from dpsql.plan.parse import parse_statements
+def _split_statements(sql: str) -> list[tuple[str, int]]:
+    """The statements of a ';'-separated workload, each as the text written (from its first token to its last), with
+    the offset of its first character in ``sql``: a refusal of one is then placed in the file (:func:`_placed`). They
+    were rewritten by the parser (one line each, comments dropped), and a refusal's line and column were in that text."""
+    from sqlglot.tokens import TokenType
 
-    return [st.sql(dialect="duckdb", comments=False) for st in parse_statements(sql)]
+    from dpsql.plan.parse import parse_statements, tokens
+
+    groups: list[list[Any]] = [[]]
+    for t in tokens(sql):
+        if t.token_type == TokenType.SEMICOLON:
+            groups.append([])
+        else:
+            groups[-1].append(t)
+    spans = [(sql[g[0].start:g[-1].end + 1], g[0].start) for g in groups if g]
+    if not spans:  # no statement, or no tokens (an unclosed quote): the parser's refusal says which
+        parse_statements(sql)
+    return spans
+
+
+@contextlib.contextmanager
+def _placed(sql: str, spans: list[tuple[str, int]] | None) -> Iterator[None]:
+    """A refusal of one query of a workload ('query 3 of 4 of the workload: ... (line 1, col 30)'), its line and
+    column placed in the whole SQL text (the -f file) instead of that query's own."""
+    from dpsql.errors import QueryError
+    from dpsql.plan.parse import line_col
+
+    try:
+        yield
+    except QueryError as e:
+        m = re.match(r"query (\d+) of (\d+) of the workload: ", e.message)
+        if spans is None or m is None or int(m.group(2)) != len(spans):
+            raise
+        line0, col0 = line_col(sql, spans[int(m.group(1)) - 1][1])
+
+        def place(p: re.Match[str]) -> str:
+            line, col = int(p.group(1)), int(p.group(2))
+            return f"line {line0 + line - 1}, col {col0 + col - 1 if line == 1 else col}"
+
+        e.message = e.message[:m.end()] + re.sub(r"line (\d+), col (\d+)", place, e.message[m.end():])
+        e.args = (e._render(),)
+        raise
 
 
 def _cmd_query(args: argparse.Namespace) -> int:
@@ -1200,9 +1237,11 @@ def _cmd_query(args: argparse.Namespace) -> int:
         _check_output_targets(args, s)  # (explain's plan goes to standard output too)
         if args.command == "query":
             targets.prepare(args)  # each output file opened before the charge (its temporary sibling)
+        spans = _split_statements(sql) if args.workload else None
         if args.command == "explain":
-            plan = s.explain(_split_statements(sql) if args.workload else sql, epsilon=args.epsilon, delta=args.delta,
-                             options=opts or None)
+            with _placed(sql, spans):
+                plan = s.explain([text for text, _ in spans] if spans is not None else sql, epsilon=args.epsilon,
+                                 delta=args.delta, options=opts or None)
             if args.json or args.format == "json":
                 print(json.dumps(plan.to_dict(), indent=1, default=str))
             else:
@@ -1211,8 +1250,10 @@ def _cmd_query(args: argparse.Namespace) -> int:
         rel = None
         try:
             with _Progress():
-                if getattr(args, "workload", False):
-                    rel = s.query_many(_split_statements(sql), epsilon=args.epsilon, delta=args.delta, options=opts or None)
+                if spans is not None:
+                    with _placed(sql, spans):
+                        rel = s.query_many([text for text, _ in spans], epsilon=args.epsilon, delta=args.delta,
+                                           options=opts or None)
                 else:
                     rel = s.query(sql, epsilon=args.epsilon, delta=args.delta, options=opts or None)
         except KeyboardInterrupt as e:  # Ctrl-C held back until the release was recorded: its answer is kept

@@ -245,3 +245,20 @@ def test_a_byte_that_is_not_utf8_in_an_sql_file_is_placed(small: list[str], caps
     err = capsys.readouterr().err
     assert "not UTF-8" in err and "byte 0xE9 at line 40, column 34" in err, err
     assert "iconv -f LATIN1 -t UTF-8" in err and _entries(capsys) == []
+
+
+@pytest.mark.parametrize("command", ["query", "explain"])
+def test_a_refused_query_of_a_workload_file_is_placed_in_the_file(small: list[str], capsys: pytest.CaptureFixture[str],
+                                                                  command: str) -> None:
+    """`query -f ranges.sql --workload`, its third query mistyped on line 5: the error said '(line 1, col 31)', a place
+    in the statement as dpsql had rewritten it (one line, comments dropped), not in the file."""
+    Path("w.sql").write_text("-- ranges\nSELECT COUNT(*) FROM e WHERE user_id BETWEEN 1 AND 10;\n"
+                             "SELECT COUNT(*) FROM e WHERE user_id > 30;\nSELECT COUNT(*)\n  FROM e WHERE usr_id > 3;\n")
+    argv = [*small, "--bins", "e.user_id=0:50:50", command, "-f", "w.sql", "--workload", "--epsilon", "0.1"]
+    assert run(argv) == 2
+    err = capsys.readouterr().err
+    assert "query 3 of 3 of the workload" in err and "usr_id" in err and "(line 5, col 16)" in err, err
+    Path("w.sql").write_text(Path("w.sql").read_text().replace("usr_id", "user_id"))
+    assert run(argv) == 0
+    capsys.readouterr()
+    assert len(_entries(capsys)) == (command == "query")
