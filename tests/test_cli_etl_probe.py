@@ -262,3 +262,13 @@ def test_a_refused_query_of_a_workload_file_is_placed_in_the_file(small: list[st
     assert run(argv) == 0
     capsys.readouterr()
     assert len(_entries(capsys)) == (command == "query")
+
+
+def test_a_ledger_in_a_missing_directory_says_the_directory_is_missing(small: list[str],
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """`--ledger /data/ledgr/l.duckdb` (a mistyped directory): 'no budget ledger at ...' and a hint to create one there
+    with `dpsql init`, which then failed for the directory; the directory's absence tells of a wrong path."""
+    assert run([*small[2:], "--ledger", "ledgr/l.duckdb", "query", "SELECT COUNT(*) FROM e", "--epsilon", "0.1"]) == 4
+    first = capsys.readouterr().err.splitlines()[0]
+    assert "no budget ledger at" in first and "directory" in first and "does not exist" in first, first
+    assert not Path("ledgr").exists()

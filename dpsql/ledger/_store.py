@@ -597,8 +597,10 @@ class Ledger:
                     "nothing had been spent: do that only if the data owner decides so",
                 )
             if not create:
+                where = os.path.dirname(p)  # a mistyped directory: said, as `dpsql init` there would fail too
+                gone = "" if os.path.isdir(where) else f" (its directory {where} does not exist either: check the path)"
                 raise LedgerError(
-                    f"no budget ledger at {p}",
+                    f"no budget ledger at {p}{gone}",
                     hint=f"{_INIT_HINT.format(path=p)}; if the path is right and the ledger was moved or "
                     "lost, restore it from a backup (dpsql never starts a fresh budget by itself)",
                 )
