@@ -342,6 +342,14 @@ def _once(parser: argparse.ArgumentParser, seen: dict[str, str]) -> None:
             action.seen = seen  # type: ignore[attr-defined]
 
 
+#: the per-table flags whose NAME is TABLE.COLUMN, and an example of each flag (a refusal of an empty NAME shows it)
+_COLUMN_FLAGS = ("--bounds", "--domain", "--bins", "--reference", "--degree-bound")
+_KV_EXAMPLE = {"--table": "events=events.parquet", "--privacy-unit": "events=user_id", "--max-groups": "events=5",
+               "--max-rows": "events=1", "--bounds": "events.amount=0:100", "--domain": "events.country=US,FR,DE",
+               "--bins": "events.age=0:120:120", "--reference": "orders.o_custkey=customer.c_custkey",
+               "--degree-bound": "orders.o_custkey=16", "--max-table-rows": "orders=1500000", "--option": "tau=10"}
+
+
 def _kv(items: list[str], what: str, *, fold: bool = True) -> dict[str, str]:
     """NAME=VALUE items by NAME. Table and column names are case-insensitive (SQL registers and
     resolves them in lower case), so with ``fold`` the names are lower-cased, and two spellings of
@@ -355,6 +363,10 @@ def _kv(items: list[str], what: str, *, fold: bool = True) -> dict[str, str]:
             raise ConfigError(f"{what} expects NAME=VALUE, got {it!r}")
         k, v = it.split("=", 1)
         k = k.strip()
+        if not k:  # e.g. --table "$NAME=..." with NAME unset
+            names = "option" if what == "--option" else "column" if what in _COLUMN_FLAGS else "table"
+            raise ConfigError(f"{what} {it} names no {names}: the text before '=' is empty",
+                              hint=f"e.g. {what} {_KV_EXAMPLE.get(what, 'NAME=VALUE')}")
         key = k.lower() if fold else k
         if key in out:  # a silent "last one wins" would query with a declaration the caller did not mean
             raise ConfigError(
@@ -547,6 +559,11 @@ def _open_session(args: argparse.Namespace, *, ledger: bool = True) -> Any:
     args.opened_ledger = s.ledger if ledger else None  # a signal's message says what it recorded of this command
     try:
         tables = _kv(args.table, "--table")
+        for name, path in tables.items():
+            if not path:  # --table "events=$SRC" with SRC unset
+                raise ConfigError(f"--table {name}= names no file: the PATH after '=' is empty",
+                                  hint=f"give the table's Parquet or CSV file, e.g. --table {name}={name}.parquet (or a "
+                                  f"glob: --table '{name}=data/*.parquet')")
         units = _kv(args.privacy_unit, "--privacy-unit")
         groups = _kv(args.max_groups, "--max-groups")
         rows = _kv(args.max_rows, "--max-rows")

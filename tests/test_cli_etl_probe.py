@@ -272,3 +272,19 @@ def test_a_ledger_in_a_missing_directory_says_the_directory_is_missing(small: li
     first = capsys.readouterr().err.splitlines()[0]
     assert "no budget ledger at" in first and "directory" in first and "does not exist" in first, first
     assert not Path("ledgr").exists()
+
+
+@pytest.mark.parametrize("table,unit,says", [
+    ("e=", "e=user_id", "--table e= names no file"),  # --table "e=$SRC" with SRC unset
+    ("=e.parquet", "e=user_id", "--table =e.parquet names no table"),
+    ("e=e.parquet", "=user_id", "--privacy-unit =user_id names no table"),
+])
+def test_an_empty_name_or_path_of_a_table_flag_is_refused_naming_it(small: list[str], capsys: pytest.CaptureFixture[str],
+                                                                     table: str, unit: str, says: str) -> None:
+    """`--table "e=$SRC"` with SRC unset was 'unsupported table source str', hinted with a pyarrow.Table and the
+    Session's DuckDB connection; `--table =e.parquet` was '--table  needs a privacy unit' (hint: `--privacy-unit =user_id`)."""
+    assert run([*small[:2], "--table", table, "--privacy-unit", unit, "query", "SELECT COUNT(*) FROM e",
+                "--epsilon", "0.1"]) == 2
+    err = capsys.readouterr().err
+    assert says in err and "pyarrow" not in err and "Session" not in err, err
+    assert _entries(capsys) == []
