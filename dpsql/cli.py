@@ -2238,6 +2238,7 @@ def _cli_text(text: str) -> str:
     text = text.replace("or declare the columns' bounds", "or declare the columns' bounds (--bounds TABLE.COL=LO:HI, or "
                         "bounds under [tables.T.columns.COL] in the config)")
     text = text.replace("e.g. quantile=0.9", "e.g. --quantile 0.9")
+    text = text.replace(" >= 1 or math.inf, got ", " >= 1 or inf (no cap), got ")  # a cap, as a flag or TOML writes it
     text = text.replace("group_by '", "--group-by '").replace("give group_by a column", "give --group-by a column")
     text = text.replace("reuse='synopsis'", "--reuse-synopsis").replace("omit the reuse option", "drop --reuse-synopsis")
     text = text.replace("lower the table's max_groups_per_unit", "lower the table's --max-groups (max_groups_per_unit under "

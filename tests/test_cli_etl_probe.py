@@ -288,3 +288,12 @@ def test_an_empty_name_or_path_of_a_table_flag_is_refused_naming_it(small: list[
     err = capsys.readouterr().err
     assert says in err and "pyarrow" not in err and "Session" not in err, err
     assert _entries(capsys) == []
+
+
+def test_a_cap_of_the_config_is_refused_in_toml_words(small: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """`max_groups_per_unit = 0` under [tables.e]: '... must be a whole number >= 1 or math.inf' (Python's name)."""
+    Path("c.toml").write_text('[ledger]\npath = "l.duckdb"\n[tables.e]\nsource = "e.parquet"\nprivacy_unit = "user_id"\n'
+                              "max_groups_per_unit = 0\n")
+    assert run(["--config", "c.toml", "tables"]) == 2
+    err = capsys.readouterr().err
+    assert "max_groups_per_unit" in err and "math.inf" not in err and "or inf" in err, err
