@@ -1883,7 +1883,10 @@ def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     line = _attach_negative_values(sys.argv[1:] if argv is None else list(argv))
     _Parser.argv = line
-    args = parser.parse_args(line)
+    try:
+        args = parser.parse_args(line)
+    except SystemExit as e:  # a usage error (2), --help or --version (0): returned, as every other exit code is, to a
+        return e.code if isinstance(e.code, int) else 2 if e.code else 0  # program that calls main(argv) itself
     _texts_as_utf8(args)
     if not args.command:  # a usage error: its help goes to stderr, never into the caller's output file
         parser.print_help(sys.stderr)

@@ -297,3 +297,15 @@ def test_a_cap_of_the_config_is_refused_in_toml_words(small: list[str], capsys: 
     assert run(["--config", "c.toml", "tables"]) == 2
     err = capsys.readouterr().err
     assert "max_groups_per_unit" in err and "math.inf" not in err and "or inf" in err, err
+
+
+@pytest.mark.parametrize("argv,code", [(["query", "SELECT 1", "--epsilom", "1"], 2), (["frob"], 2), (["--help"], 0),
+                                       (["query", "--help"], 0), (["--version"], 0)])
+def test_main_returns_the_exit_code_of_a_usage_error_or_help(argv: list[str], code: int,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """dpsql.cli.main(argv) called by a Python ETL job returns its exit code; a mistyped flag, an unknown command, --help
+    and --version raised SystemExit instead, which ends the calling job unless it catches it."""
+    from dpsql.cli import main
+
+    assert main(argv) == code
+    assert "Traceback" not in capsys.readouterr().err
