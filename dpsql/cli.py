@@ -212,16 +212,18 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
-        target = self._command() if message.startswith("unrecognized arguments") else self
-        target.print_usage(sys.stderr)
-        target.exit(2, f"{target.prog}: error: {message}{target._unknown_flags()}\n")
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: error: {message}{self._unknown_flags()}\n")
 
-    def _command(self) -> _Parser:
-        """The parser of the command named on the line (whose flags a leftover one was meant as), else this one."""
-        choices = next((a.choices for a in self._actions if isinstance(a, argparse._SubParsersAction)), None) or {}
-        name = next((t for t in self.argv if t in choices), None)
-        found = choices.get(name) if name is not None else None
-        return found if isinstance(found, _Parser) else self
+    def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        """As argparse's, but leftover arguments are refused by the parser of the command they were given to (its
+        usage lists the flags they were meant as), not by dpsql's, whose usage lists none of the command's."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            choices = next((a.choices for a in self._actions if isinstance(a, argparse._SubParsersAction)), None) or {}
+            command = choices.get(getattr(parsed, "command", None) or "")
+            (command if isinstance(command, _Parser) else self).error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed
 
     def _unknown_flags(self) -> str:
         import difflib
