@@ -2175,6 +2175,7 @@ def _cli_text(text: str) -> str:
         return (out + (f" (or {flags} with --table)" if flags else "")
                 + (f", or cap this query with {per_query}" if per_query else ""))
 
+    text = text.replace("e.g. register(..., version='2026-11-30')", 'e.g. version = "2026-11-30" under [tables.T] in the config')
     text = re.sub(r"register\('\w+', '[^']*', \.\.\.\), (--table )", r"\1", text)  # (the same advice as the flag's, beside it)
     text = re.sub(r"register\('(\w+)', \.\.\.,? ?([^)]*)\)", register, text)
     text = re.sub(r"options=\{'(\w+)': ([^}]+)\}", lambda m: f"--option {m.group(1)}={m.group(2)}", text)

@@ -309,3 +309,12 @@ def test_main_returns_the_exit_code_of_a_usage_error_or_help(argv: list[str], co
 
     assert main(argv) == code
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_a_refused_version_of_the_config_is_hinted_in_toml(small: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """`version = ""` under [tables.e]: hinted with `register(..., version='2026-11-30')`, the Python call."""
+    Path("c.toml").write_text('[ledger]\npath = "l.duckdb"\n[tables.e]\nsource = "e.parquet"\nprivacy_unit = "user_id"\n'
+                              'version = ""\n')
+    assert run(["--config", "c.toml", "tables"]) == 2
+    err = capsys.readouterr().err
+    assert "version" in err and "register(" not in err and 'version = "2026-11-30" under [tables.' in err, err
