@@ -318,3 +318,12 @@ def test_a_refused_version_of_the_config_is_hinted_in_toml(small: list[str], cap
     assert run(["--config", "c.toml", "tables"]) == 2
     err = capsys.readouterr().err
     assert "version" in err and "register(" not in err and 'version = "2026-11-30" under [tables.' in err, err
+
+
+def test_a_delta_beyond_a_pure_dp_ledger_says_only_delta_0_fits(small: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """A ledger created with --delta 0 (the default of init) and a query that needs delta: 'ask for a smaller
+    --epsilon or --delta', which no smaller delta but 0 can satisfy."""
+    assert run([*small, "query", "SELECT COUNT(*) FROM e", "--epsilon", "0.1", "--delta", "1e-9"]) == 3
+    err = capsys.readouterr().err
+    assert "privacy budget exceeded (delta)" in err and "total delta is 0" in err and "--delta 0" in err, err
+    assert _entries(capsys) == []

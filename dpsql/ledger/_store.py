@@ -680,6 +680,8 @@ class Ledger:
                     requested=cost,
                     remaining=remaining,
                     hint=_fp_hint(cost, remaining, params)
+                    + ("the ledger's total delta is 0, so only requests with delta 0 (pure DP) fit; "
+                       if "delta" in over and total.delta == 0 else "")
                     + "ask for a smaller epsilon/delta, reuse an earlier release, or (if the data "
                     "owner agrees) raise the total with Ledger.set_total(..., reason='...')",
                 )
