@@ -2187,6 +2187,7 @@ def _cli_text(text: str) -> str:
                         "use a smaller --epsilon (below 10 usually fits), or --delta 0 (Laplace")  # the Gaussian fp hint
     text = text.replace("use a smaller epsilon (below 10 usually fits)", "use a smaller --epsilon (below 10 usually fits)")
     text = text.replace("only requests with delta 0 (pure DP) fit", "only queries with --delta 0 (pure DP) fit")
+    text = text.replace("the ledger cannot store reason ", "the ledger cannot store the --reason ")
     text = text.replace("ask for a smaller epsilon/delta, reuse an earlier release,",  # the ledger's refusal of a charge
                         "ask for a smaller --epsilon or --delta (dpsql explain shows a query's cost, free), keep and reuse an "
                         "earlier answer,")

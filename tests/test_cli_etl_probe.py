@@ -327,3 +327,13 @@ def test_a_delta_beyond_a_pure_dp_ledger_says_only_delta_0_fits(small: list[str]
     err = capsys.readouterr().err
     assert "privacy budget exceeded (delta)" in err and "total delta is 0" in err and "--delta 0" in err, err
     assert _entries(capsys) == []
+
+
+def test_a_reason_that_is_not_utf8_names_the_flag(small: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """`--reason` holding a byte that is not UTF-8 (a Latin-1 shell): 'the ledger cannot store reason ...', the Python
+    parameter's name; the total is unchanged."""
+    assert run(["--ledger", "l.duckdb", "budget", "--set-total", "2", "0", "--reason", "caf\udce9"]) == 2
+    err = capsys.readouterr().err
+    assert "--reason" in err.splitlines()[0] and "not valid Unicode" in err, err
+    assert run(["--ledger", "l.duckdb", "budget", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["total"]["epsilon"] == 1
