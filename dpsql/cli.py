@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
+import errno
 import io
 import json
 import math
@@ -22,7 +23,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 DEFAULT_LEDGER = "dpsql_ledger.duckdb"
 
@@ -197,9 +198,56 @@ def _check_numbers(args: argparse.Namespace) -> None:
         raise ConfigError(f"{flag} {shlex.quote(v.text)} is refused: {why}{flag} must be {want}{_form(v.text)}", hint=hint)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser with every flag spelled in full and a mistyped flag named beside the flag meant. Prefix
+    matching (``--eps`` read as --epsilon, documented nowhere) made a job's line break, or change meaning, the day a
+    flag with the same prefix was added (``--o`` was already ambiguous between --option and --output); and
+    ``--epsilom 0.1`` was refused as 'the following arguments are required: --epsilon', which hid what was typed."""
+
+    #: the command line being parsed (set by main), where a refusal looks for the flags it does not know
+    argv: Sequence[str] = ()
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: error: {message}{self._unknown_flags()}\n")
+
+    def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        """As argparse's, but leftover arguments are refused by the parser of the command they were given to (its
+        usage lists the flags they were meant as), not by dpsql's, whose usage lists none of the command's."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            choices = next((a.choices for a in self._actions if isinstance(a, argparse._SubParsersAction)), None) or {}
+            command = choices.get(getattr(parsed, "command", None) or "")
+            (command if isinstance(command, _Parser) else self).error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed
+
+    def _unknown_flags(self) -> str:
+        import difflib
+
+        known = [o for o in self._option_string_actions if o.startswith("--")]
+        seen: set[str] = set()
+        said = ""
+        for token in self.argv:
+            if token == "--":
+                break
+            name = token.split("=", 1)[0]
+            if not name.startswith("--") or len(name) < 3 or any(c.isspace() for c in name) or name in known or name in seen:
+                continue  # (a text with a space is a value: the SQL "-- comment\nSELECT ...")
+            seen.add(name)
+            longer = [o for o in known if o.startswith(name)]
+            close = longer or difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+            said += (f"; {name} is not a flag of {self.prog}" + (" (flags are spelled in full)" if longer else "")
+                     + (f": did you mean {' or '.join(close)}?" if close else f" ({self.prog} --help lists its flags)"))
+        return said
+
+
 def build_parser() -> argparse.ArgumentParser:
     fmt = argparse.RawDescriptionHelpFormatter
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="dpsql",
         description="Differentially private SQL over Parquet files, with a durable budget ledger.\n\n"
         "exit codes: 0 ok, 2 usage/query/config error (nothing charged), 66 an input file (a table's\n"
@@ -217,7 +265,7 @@ def build_parser() -> argparse.ArgumentParser:
     from dpsql import __version__
 
     parser.add_argument("--version", action="version", version=f"dpsql {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="{init,query,explain,budget,tables,describe,suggest-caps}")
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser, metavar="{init,query,explain,budget,tables,describe,suggest-caps}")
     p = sub.add_parser("init", help="create a budget ledger with a total budget", epilog=EXAMPLES["init"], formatter_class=fmt)
     _common(p, sub=True)
     p.add_argument("--epsilon", required=True, type=_number("--epsilon"), help="total epsilon")
@@ -296,6 +344,14 @@ def _once(parser: argparse.ArgumentParser, seen: dict[str, str]) -> None:
             action.seen = seen  # type: ignore[attr-defined]
 
 
+#: the per-table flags whose NAME is TABLE.COLUMN, and an example of each flag (a refusal of an empty NAME shows it)
+_COLUMN_FLAGS = ("--bounds", "--domain", "--bins", "--reference", "--degree-bound")
+_KV_EXAMPLE = {"--table": "events=events.parquet", "--privacy-unit": "events=user_id", "--max-groups": "events=5",
+               "--max-rows": "events=1", "--bounds": "events.amount=0:100", "--domain": "events.country=US,FR,DE",
+               "--bins": "events.age=0:120:120", "--reference": "orders.o_custkey=customer.c_custkey",
+               "--degree-bound": "orders.o_custkey=16", "--max-table-rows": "orders=1500000", "--option": "tau=10"}
+
+
 def _kv(items: list[str], what: str, *, fold: bool = True) -> dict[str, str]:
     """NAME=VALUE items by NAME. Table and column names are case-insensitive (SQL registers and
     resolves them in lower case), so with ``fold`` the names are lower-cased, and two spellings of
@@ -309,6 +365,10 @@ def _kv(items: list[str], what: str, *, fold: bool = True) -> dict[str, str]:
             raise ConfigError(f"{what} expects NAME=VALUE, got {it!r}")
         k, v = it.split("=", 1)
         k = k.strip()
+        if not k:  # e.g. --table "$NAME=..." with NAME unset
+            names = "option" if what == "--option" else "column" if what in _COLUMN_FLAGS else "table"
+            raise ConfigError(f"{what} {it} names no {names}: the text before '=' is empty",
+                              hint=f"e.g. {what} {_KV_EXAMPLE.get(what, 'NAME=VALUE')}")
         key = k.lower() if fold else k
         if key in out:  # a silent "last one wins" would query with a declaration the caller did not mean
             raise ConfigError(
@@ -501,6 +561,11 @@ def _open_session(args: argparse.Namespace, *, ledger: bool = True) -> Any:
     args.opened_ledger = s.ledger if ledger else None  # a signal's message says what it recorded of this command
     try:
         tables = _kv(args.table, "--table")
+        for name, path in tables.items():
+            if not path:  # --table "events=$SRC" with SRC unset
+                raise ConfigError(f"--table {name}= names no file: the PATH after '=' is empty",
+                                  hint=f"give the table's Parquet or CSV file, e.g. --table {name}={name}.parquet (or a "
+                                  f"glob: --table '{name}=data/*.parquet')")
         units = _kv(args.privacy_unit, "--privacy-unit")
         groups = _kv(args.max_groups, "--max-groups")
         rows = _kv(args.max_rows, "--max-rows")
@@ -668,7 +733,10 @@ def _read_sql(args: argparse.Namespace) -> str:
             if e.start == 0 and bytes(e.object[:2]) in (b"\xff\xfe", b"\xfe\xff"):  # a UTF-16 byte order mark
                 raise ConfigError(f"{where} is UTF-16 text (it starts with a UTF-16 byte order mark), not UTF-8",
                                   hint=_UTF16_HINT.format(_sql_source(args))) from None
-            raise ConfigError(f"{where} is not UTF-8 text", hint="save the SQL as UTF-8 text") from None
+            raise ConfigError(f"{where} is not UTF-8 text ({_where_not_utf8(args, e)}a file saved in another encoding, e.g. "
+                              "Latin-1 or Windows-1252); nothing was charged",
+                              hint=f"save the SQL as UTF-8 text, e.g. iconv -f LATIN1 -t UTF-8 {_sql_source(args)} > query.sql, "
+                              "and give -f query.sql") from None
         except OSError as e:  # a file not readable (a retry may read it); standard input and a directory are the caller's
             unavailable = args.file != "-" and not isinstance(e, IsADirectoryError)
             raise (InputUnavailableError if unavailable else ConfigError)(f"{where} cannot be read ({e.strerror or type(e).__name__})",
@@ -693,7 +761,9 @@ def _read_sql(args: argparse.Namespace) -> str:
                               "-f query.sql")
         return text
     if not args.sql:
-        raise ConfigError("no SQL given", hint='dpsql query "SELECT COUNT(*) FROM t" --epsilon 1')
+        raise ConfigError("no SQL given", hint=f'give it as an argument, e.g. dpsql {args.command} "SELECT COUNT(*) FROM t" '
+                          "--epsilon 1, or with -f FILE (-f - reads it from standard input: echo \"SELECT ...\" | dpsql "
+                          f"{args.command} -f - --epsilon 1)")
     sql = str(args.sql)
     bad = next((i for i, c in enumerate(sql) if "\udc80" <= c <= "\udcff"), None)
     if bad is not None:  # bytes that are not UTF-8 reach Python as lone surrogates (surrogateescape)
@@ -701,6 +771,28 @@ def _read_sql(args: argparse.Namespace) -> str:
                           "is not UTF-8 (a terminal or file in another encoding, e.g. Latin-1)",
                           hint="pass the query as UTF-8 text: save it as a UTF-8 file and give it with -f FILE")
     return sql
+
+
+def _where_not_utf8(args: argparse.Namespace, e: UnicodeDecodeError) -> str:
+    """'byte 0xE9 at line 40, column 34; ' of the first byte of the -f text that is not UTF-8 ('' when it cannot be
+    told). A file's decoding error holds only the chunk read last, so the file's bytes are read again."""
+    raw, start = bytes(e.object), e.start
+    if args.file != "-":
+        try:
+            with open(args.file, "rb") as f:
+                raw = f.read(4 * (MAX_SQL_CHARS + 1))
+            raw.decode("utf-8")
+            return ""
+        except UnicodeDecodeError as whole:
+            start = whole.start
+        except OSError:
+            return ""
+    if not 0 <= start < len(raw):
+        return ""
+    line_start = raw.rfind(b"\n", 0, start) + 1
+    column = len(raw[line_start:start].removeprefix(b"\xef\xbb\xbf").decode("utf-8", "replace")) + 1
+    line = raw.count(b"\n", 0, start) + 1
+    return f"byte 0x{raw[start]:02X} at line {line}, column {column}; "
 
 
 _UTF16_HINT = "save the SQL as UTF-8 text, e.g. iconv -f UTF-16 -t UTF-8 {} > query.sql, and give -f query.sql"
@@ -723,10 +815,16 @@ def _read_stdin_utf8(limit: int) -> str:
         return str(sys.stdin.read(limit))
     decoder = codecs.getincrementaldecoder("utf-8")("strict")
     parts: list[str] = []
+    seen: list[bytes] = []  # (a refusal names where the first byte that is not UTF-8 is)
     n = 0
     while n < limit:
         chunk = raw.read1(65536) if hasattr(raw, "read1") else raw.read(65536)
-        text = decoder.decode(chunk, final=not chunk)
+        seen.append(chunk)
+        try:
+            text = decoder.decode(chunk, final=not chunk)
+        except UnicodeDecodeError:
+            b"".join(seen).decode("utf-8")  # the same error, placed in the whole text read
+            raise
         parts.append(text)
         n += len(text)
         if not chunk:
@@ -1085,11 +1183,48 @@ def _check_writable(flag: str, path: str) -> None:
                           hint=f"change {flag} to a file in a directory you can write to")
 
 
-def _split_statements(sql: str) -> list[str]:
-    """The statements of a ';'-separated workload, each as its own SQL text."""
-    from dpsql.plan.parse import parse_statements
+def _split_statements(sql: str) -> list[tuple[str, int]]:
+    """The statements of a ';'-separated workload, each as the text written (from its first token to its last), with
+    the offset of its first character in ``sql``: a refusal of one is then placed in the file (:func:`_placed`). They
+    were rewritten by the parser (one line each, comments dropped), and a refusal's line and column were in that text."""
+    from sqlglot.tokens import TokenType
 
-    return [st.sql(dialect="duckdb", comments=False) for st in parse_statements(sql)]
+    from dpsql.plan.parse import parse_statements, tokens
+
+    groups: list[list[Any]] = [[]]
+    for t in tokens(sql):
+        if t.token_type == TokenType.SEMICOLON:
+            groups.append([])
+        else:
+            groups[-1].append(t)
+    spans = [(sql[g[0].start:g[-1].end + 1], g[0].start) for g in groups if g]
+    if not spans:  # no statement, or no tokens (an unclosed quote): the parser's refusal says which
+        parse_statements(sql)
+    return spans
+
+
+@contextlib.contextmanager
+def _placed(sql: str, spans: list[tuple[str, int]] | None) -> Iterator[None]:
+    """A refusal of one query of a workload ('query 3 of 4 of the workload: ... (line 1, col 30)'), its line and
+    column placed in the whole SQL text (the -f file) instead of that query's own."""
+    from dpsql.errors import QueryError
+    from dpsql.plan.parse import line_col
+
+    try:
+        yield
+    except QueryError as e:
+        m = re.match(r"query (\d+) of (\d+) of the workload: ", e.message)
+        if spans is None or m is None or int(m.group(2)) != len(spans):
+            raise
+        line0, col0 = line_col(sql, spans[int(m.group(1)) - 1][1])
+
+        def place(p: re.Match[str]) -> str:
+            line, col = int(p.group(1)), int(p.group(2))
+            return f"line {line0 + line - 1}, col {col0 + col - 1 if line == 1 else col}"
+
+        e.message = e.message[:m.end()] + re.sub(r"line (\d+), col (\d+)", place, e.message[m.end():])
+        e.args = (e._render(),)
+        raise
 
 
 def _cmd_query(args: argparse.Namespace) -> int:
@@ -1121,9 +1256,11 @@ def _cmd_query(args: argparse.Namespace) -> int:
         _check_output_targets(args, s)  # (explain's plan goes to standard output too)
         if args.command == "query":
             targets.prepare(args)  # each output file opened before the charge (its temporary sibling)
+        spans = _split_statements(sql) if args.workload else None
         if args.command == "explain":
-            plan = s.explain(_split_statements(sql) if args.workload else sql, epsilon=args.epsilon, delta=args.delta,
-                             options=opts or None)
+            with _placed(sql, spans):
+                plan = s.explain([text for text, _ in spans] if spans is not None else sql, epsilon=args.epsilon,
+                                 delta=args.delta, options=opts or None)
             if args.json or args.format == "json":
                 print(json.dumps(plan.to_dict(), indent=1, default=str))
             else:
@@ -1132,8 +1269,10 @@ def _cmd_query(args: argparse.Namespace) -> int:
         rel = None
         try:
             with _Progress():
-                if getattr(args, "workload", False):
-                    rel = s.query_many(_split_statements(sql), epsilon=args.epsilon, delta=args.delta, options=opts or None)
+                if spans is not None:
+                    with _placed(sql, spans):
+                        rel = s.query_many([text for text, _ in spans], epsilon=args.epsilon, delta=args.delta,
+                                           options=opts or None)
                 else:
                     rel = s.query(sql, epsilon=args.epsilon, delta=args.delta, options=opts or None)
         except KeyboardInterrupt as e:  # Ctrl-C held back until the release was recorded: its answer is kept
@@ -1478,10 +1617,34 @@ def _cmd_budget(args: argparse.Namespace) -> int:
                 for c in h.column_names
                 if c in ("entry_id", "created_at", "status", "mechanism", "epsilon", "delta", "query")
             ]
-            sys.stdout.write(_format_table(h.select(keep)))
+            entries, cut = _cut_cells(h.select(keep), "query", "entry_id")
+            sys.stdout.write(_format_table(entries))
+            changes, cut_reasons = _cut_cells(snap["total_changes"], "reason", "change_id")
             print("total changes:")
-            sys.stdout.write(_format_table(snap["total_changes"]))
+            sys.stdout.write(_format_table(changes))
+            for what, ids in (("the query of entry", cut), ("the reason of change", cut_reasons)):
+                if ids:
+                    print(f"({what}{'s' if len(ids) > 1 else ''} {', '.join(map(str, ids))} is cut at {CELL_CHARS} characters, "
+                          "ending '...': --format json or csv prints it whole)")
     return 0
+
+
+#: the longest text a cell of the history's table shows: every row of a column is padded to its longest cell, so one
+#: query of megabytes (the SQL may hold 16 Mi characters) made every row of the table that wide
+CELL_CHARS = 160
+
+
+def _cut_cells(tbl: Any, column: str, key: str) -> tuple[Any, list[Any]]:
+    """``tbl`` with each text of ``column`` longer than CELL_CHARS cut to that many characters and '...', and the
+    ``key`` of each row cut."""
+    import pyarrow as pa
+
+    texts = tbl.column(column).to_pylist()
+    cut = [k for k, t in zip(tbl.column(key).to_pylist(), texts) if t is not None and len(t) > CELL_CHARS]
+    if cut:
+        short = [t if t is None or len(t) <= CELL_CHARS else t[:CELL_CHARS] + "..." for t in texts]
+        tbl = tbl.set_column(tbl.column_names.index(column), column, pa.array(short, pa.string()))
+    return tbl, cut
 
 
 def _json_rows(tbl: Any) -> list[dict[str, Any]]:
@@ -1720,7 +1883,12 @@ def _main(argv: Sequence[str] | None) -> int:
     if sys.stderr is None:  # started with 2>&-: print(file=None) would put messages among the rows on stdout
         sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - for the rest of the process
     parser = build_parser()
-    args = parser.parse_args(_attach_negative_values(sys.argv[1:] if argv is None else list(argv)))
+    line = _attach_negative_values(sys.argv[1:] if argv is None else list(argv))
+    _Parser.argv = line
+    try:
+        args = parser.parse_args(line)
+    except SystemExit as e:  # a usage error (2), --help or --version (0): returned, as every other exit code is, to a
+        return e.code if isinstance(e.code, int) else 2 if e.code else 0  # program that calls main(argv) itself
     _texts_as_utf8(args)
     if not args.command:  # a usage error: its help goes to stderr, never into the caller's output file
         parser.print_help(sys.stderr)
@@ -1818,6 +1986,9 @@ def _main(argv: Sequence[str] | None) -> int:
             first, _, rest = text.partition("\n")
             text = (f"{first} (the default ledger, {DEFAULT_LEDGER} in the working directory: no --ledger, $DPSQL_LEDGER "
                     f"or config names one)\n{rest}")
+        elif getattr(args, "ledger_where", None) == "$DPSQL_LEDGER" and text.startswith("no budget ledger at "):
+            first, _, rest = text.partition("\n")  # a stale variable in a job's environment: say where the path came from
+            text = f"{first} (named by $DPSQL_LEDGER; --ledger PATH or a config's [ledger] path comes first)\n{rest}"
         print(f"error: {name}: {_cli_text(text)}", file=sys.stderr)
         if getattr(args, "debug_on", False) and isinstance(e, ExecutionError) and e.debug_detail:
             print(f"debug: {e.debug_detail}", file=sys.stderr)
@@ -1883,7 +2054,19 @@ class _StdoutGuard:
 
     def write(self, text: str) -> int:
         try:
-            return int(self.real.write(text))
+            raw = getattr(self.real, "buffer", None)
+            if not isinstance(raw, io.RawIOBase):
+                return int(self.real.write(text))
+            # unbuffered (PYTHONUNBUFFERED=1, python -u): the text layer writes straight to the file and drops a short
+            # count, which a pipe whose reader leaves mid-write returns (then EPIPE on the next write): written whole
+            self.real.flush()
+            view = memoryview(text.encode(self.real.encoding, self.real.errors))
+            while view:
+                n = raw.write(view)
+                if n is None:  # a non-blocking descriptor that is full
+                    raise BlockingIOError(errno.EAGAIN, "standard output would block")
+                view = view[n:]
+            return len(text)
         except OSError as e:
             self.failed = e
             raise
@@ -1986,11 +2169,14 @@ def _cli_text(text: str) -> str:
         pairs = re.findall(r"(\w+)=([^,)]+)", args)
         keys = ", ".join(f"{k} = {json.dumps(v.strip(chr(39))) if v.startswith(chr(39)) else v}" for k, v in pairs)
         flags = " ".join(f"{_FLAG_OF[k]} {table}={v.strip(chr(39))}" for k, v in pairs if k in _FLAG_OF)
-        out = f"set {keys} under [tables.{table}] in the config" if pairs else f"register table '{table}'"
+        out = (f"set {keys} under [tables.{table}] in the config" if pairs
+               else f"--table {table}=PATH (or [tables.{table}] in the config)")
         per_query = " ".join(f"--option {k}={v}" for k, v in pairs if k == "max_rows_per_unit")  # a query option too
         return (out + (f" (or {flags} with --table)" if flags else "")
                 + (f", or cap this query with {per_query}" if per_query else ""))
 
+    text = text.replace("e.g. register(..., version='2026-11-30')", 'e.g. version = "2026-11-30" under [tables.T] in the config')
+    text = re.sub(r"register\('\w+', '[^']*', \.\.\.\), (--table )", r"\1", text)  # (the same advice as the flag's, beside it)
     text = re.sub(r"register\('(\w+)', \.\.\.,? ?([^)]*)\)", register, text)
     text = re.sub(r"options=\{'(\w+)': ([^}]+)\}", lambda m: f"--option {m.group(1)}={m.group(2)}", text)
     text = re.sub(r"e\.g\. (epsilon|delta)=([0-9][0-9.e-]*)", r"e.g. --\1 \2", text)  # Budget's hints
@@ -2000,6 +2186,11 @@ def _cli_text(text: str) -> str:
     text = text.replace("use a smaller epsilon (below 10 usually fits), or delta=0 (Laplace",
                         "use a smaller --epsilon (below 10 usually fits), or --delta 0 (Laplace")  # the Gaussian fp hint
     text = text.replace("use a smaller epsilon (below 10 usually fits)", "use a smaller --epsilon (below 10 usually fits)")
+    text = text.replace("only requests with delta 0 (pure DP) fit", "only queries with --delta 0 (pure DP) fit")
+    text = text.replace("the ledger cannot store reason ", "the ledger cannot store the --reason ")
+    text = text.replace("ask for a smaller epsilon/delta, reuse an earlier release,",  # the ledger's refusal of a charge
+                        "ask for a smaller --epsilon or --delta (dpsql explain shows a query's cost, free), keep and reuse an "
+                        "earlier answer,")
     # the budget's words in a mechanism's refusal (a noise scale, a sampler's allowance): the flags
     text = re.sub(r"\buse (a smaller|a larger|an) epsilon\b", lambda m: f"use {m.group(1)} --epsilon", text)
     text = text.replace("use a small delta such as", "use a small --delta such as").replace(
@@ -2055,6 +2246,7 @@ def _cli_text(text: str) -> str:
     text = text.replace("or declare the columns' bounds", "or declare the columns' bounds (--bounds TABLE.COL=LO:HI, or "
                         "bounds under [tables.T.columns.COL] in the config)")
     text = text.replace("e.g. quantile=0.9", "e.g. --quantile 0.9")
+    text = text.replace(" >= 1 or math.inf, got ", " >= 1 or inf (no cap), got ")  # a cap, as a flag or TOML writes it
     text = text.replace("group_by '", "--group-by '").replace("give group_by a column", "give --group-by a column")
     text = text.replace("reuse='synopsis'", "--reuse-synopsis").replace("omit the reuse option", "drop --reuse-synopsis")
     text = text.replace("lower the table's max_groups_per_unit", "lower the table's --max-groups (max_groups_per_unit under "

@@ -597,8 +597,10 @@ class Ledger:
                     "nothing had been spent: do that only if the data owner decides so",
                 )
             if not create:
+                where = os.path.dirname(p)  # a mistyped directory: said, as `dpsql init` there would fail too
+                gone = "" if os.path.isdir(where) else f" (its directory {where} does not exist either: check the path)"
                 raise LedgerError(
-                    f"no budget ledger at {p}",
+                    f"no budget ledger at {p}{gone}",
                     hint=f"{_INIT_HINT.format(path=p)}; if the path is right and the ledger was moved or "
                     "lost, restore it from a backup (dpsql never starts a fresh budget by itself)",
                 )
@@ -678,6 +680,8 @@ class Ledger:
                     requested=cost,
                     remaining=remaining,
                     hint=_fp_hint(cost, remaining, params)
+                    + ("the ledger's total delta is 0, so only requests with delta 0 (pure DP) fit; "
+                       if "delta" in over and total.delta == 0 else "")
                     + "ask for a smaller epsilon/delta, reuse an earlier release, or (if the data "
                     "owner agrees) raise the total with Ledger.set_total(..., reason='...')",
                 )

@@ -290,6 +290,36 @@ def _missing_argument(m: re.Match[str]) -> str:
     return f"{names[0] if names else m.group(1).upper()} is missing an argument"
 
 
+def unclosed(sql: str) -> tuple[str, str, int, int] | None:
+    """The quoted text ('...'), quoted name ("...") or block comment (/* ... */) of ``sql`` that is never closed, as
+    (what, its opening, line, column), or None when each is closed ('' and "" inside one are an escaped quote)."""
+    kinds = {"'": ("quoted text", "'"), '"': ("quoted name", '"'), "/*": ("comment", "*/")}
+    i, n = 0, len(sql)
+    while i < n:
+        c = sql[i]
+        if sql.startswith("--", i):
+            end = sql.find("\n", i)
+            i = n if end < 0 else end + 1
+            continue
+        opener = "/*" if sql.startswith("/*", i) else c if c in "'\"" else None
+        if opener is None:
+            i += 1
+            continue
+        what, closer = kinds[opener]
+        j = i + len(opener)
+        while True:
+            j = sql.find(closer, j)
+            if j < 0:
+                line = sql.count("\n", 0, i) + 1
+                return what, opener, line, i - (sql.rfind("\n", 0, i) + 1) + 1
+            if closer != "*/" and sql.startswith(closer * 2, j):  # '' or "": the quote itself
+                j += 2
+                continue
+            break
+        i = j + len(closer)
+    return None
+
+
 def _clean_description(desc: str) -> str:
     def repl(m: re.Match[str]) -> str:
         kind, text = m.group(1), m.group(2)
@@ -493,7 +523,19 @@ def parse_statements(sql: str) -> list[exp.Expression]:
             hint="check the SQL near the highlighted fragment",
         ) from None
     except sqlglot.errors.TokenError as e:
-        raise SQLSyntaxError(f"SQL syntax error: {e}", hint="check quotes and brackets") from None
+        found = unclosed(sql)
+        if found is None:  # (the tokenizer's text quotes the SQL around where it stopped, line breaks and all)
+            near = str(e).removeprefix("Error tokenizing ")
+            near = near if len(near) <= 80 else near[:77] + "..."
+            near = near.encode("unicode_escape").decode("ascii")  # on one line
+            raise SQLSyntaxError(f"SQL syntax error: the SQL cannot be split into tokens near {near}",
+                                 hint="check quotes and brackets") from None
+        what, opener, line, col = found
+        hint = ("close it with */" if what == "comment" else
+                f"close it (a {opener} inside it is written twice: {opener}it{opener}{opener}s{opener}), or check the quotes "
+                "before it")
+        raise SQLSyntaxError(f"SQL syntax error: a {what} opened by {opener} at line {line}, col {col} is never closed",
+                             line=line, col=col, fragment=opener, hint=hint) from None
     # a comment after the last ';' comes back as a statement of its own (an exp.Semicolon holding
     # the comment): it is no statement, as a file of comments only holds none
     out = [s for s in stmts if s is not None and not isinstance(s, exp.Semicolon)]
