@@ -1041,14 +1041,17 @@ class VectorJoinMechanism:
     def check_public(self, cal: VectorCalibration, engine: Any) -> None:
         """Before any charge: with a key set read from a public table, count its keys (public rows only)
         and refuse (ConfigError, nothing spent, naming the computed limits) when (epsilon, delta) cannot be
-        calibrated for that d; d is the product of the keys' sets, each counted alone, and beyond
-        ``MAX_GROUPS`` the query is refused (UnsupportedQueryError) before any product is built. The charge itself, (eps*, delta), does not depend on d (module docstring)."""
+        calibrated for that d; d is the product of the keys' sets, each counted alone (the product is never built
+        here). With a key computed by an expression (``derived``), beyond ``MAX_GROUPS`` combinations the query is
+        refused (UnsupportedQueryError), as declared domains are at planning; a public table's columns alone are
+        bounded by what (epsilon, delta) calibrates. The charge itself, (eps*, delta), does not depend on d (module
+        docstring)."""
         if cal.d is not None:
             return
         # each key's set counted alone (the product is never built here): d is their product
         sizes = engine.fetch_arrow(key_set_sizes(cal.jp, cal.catalog), what="the public key set")
         d = math.prod(int(sizes.column(i)[0].as_py()) for i in range(sizes.num_columns))
-        if d > MAX_GROUPS:
+        if d > MAX_GROUPS and any(k.kind == "derived" for k in cal.jp.keys):
             raise UnsupportedQueryError(
                 f"the GROUP BY keys have {d} combinations in their public key sets; a grouped join releases at most "
                 f"{MAX_GROUPS} groups", hint="group by fewer or coarser keys, or filter the public table in the WHERE")
