@@ -1097,10 +1097,11 @@ class Typer:
                 handler = _ANON.get(str(node.this).lower())
             if handler is not None:
                 return handler(self, node)
+            fix = _OFF_LIST_FIXES.get(self._fname(node), _OFF_LIST_FIXES.get(type(node)))
             raise self.refuse(
                 node,
                 f"function {self._fname(node)}() is not on the allow-list of functions with a total, bounded-cost "
-                "evaluation (see docs/expressions.md)",
+                "evaluation (see docs/expressions.md)" + (f"; {fix}" if fix else ""),
             )
         raise self.refuse(node, f"the expression {type(node).__name__.upper()} is not on the allow-list (see docs/expressions.md)")
 
@@ -1883,6 +1884,14 @@ def _date_part(ty: Typer, node: exp.Expression) -> Typed:
     return Typed(_tag(exp.Anonymous(this="date_part", expressions=[exp.Literal.string(unit), arg]), kind), rt)
 
 
+def _epoch(ty: Typer, node: exp.Expression) -> Typed:
+    """DuckDB's ``epoch(x)`` (sqlglot's TimeToUnix): ``date_part('epoch', x)``, the DOUBLE of seconds since 1970."""
+    if any(v is not None for k, v in node.args.items() if k != "this"):
+        raise ty.refuse(node, "epoch() takes one DATE or TIMESTAMP")
+    arg, kind = _temporal_arg(ty, node, node.this)
+    return Typed(_tag(exp.Anonymous(this="date_part", expressions=[exp.Literal.string("epoch"), arg]), kind), DOUBLE)
+
+
 def _date_fn(ty: Typer, node: exp.Expression) -> Typed:
     extra = [k for k, v in node.args.items() if v is not None and k != "this"]
     if extra:
@@ -2036,6 +2045,7 @@ _FUNCS: dict[type[exp.Expression], Callable[[Typer, exp.Expression], Typed]] = {
     exp.DayOfMonth: _part_fn("day"),
     exp.WeekOfYear: _part_fn("week"),
     exp.DayOfWeekIso: _part_fn("isodow"),
+    exp.TimeToUnix: _epoch,
     exp.TimeToStr: _strftime,
     exp.StrToTime: _strptime,
 }
@@ -2193,7 +2203,7 @@ ALIASES: dict[str, str] = {
     "ceiling": "ceil", "char_length": "length", "character_length": "length", "len": "length",
     "lcase": "lower", "ucase": "upper", "datepart": "date_part", "datetrunc": "date_trunc", "mod": "%",
     "position": "strpos", "prefix": "starts_with", "suffix": "ends_with",
-    "dayofmonth": "day", "weekday": "dayofweek", "weekofyear": "week",
+    "dayofmonth": "day", "weekday": "dayofweek", "weekofyear": "week", "epoch": "date_part('epoch', ...)",
 }
 
 #: node types behind POST_ALLOW_LIST (besides the aggregates COUNT/SUM/AVG)
@@ -2211,7 +2221,8 @@ _SQL_SPELLING = {
     "time_to_str": "strftime", "str_to_time": "strptime", "day_of_week": "dayofweek", "day_of_year": "dayofyear",
     "day_of_month": "dayofmonth", "week_of_year": "weekofyear", "dayofweek_iso": "isodow",
     "timestamp_trunc": "date_trunc", "str_position": "strpos", "date_from_parts": "make_date",
-    "is_nan": "isnan", "is_inf": "isinf", "dpipe": "concat",
+    "is_nan": "isnan", "is_inf": "isinf", "dpipe": "concat", "time_to_unix": "epoch",
+    "timestamp_from_parts": "make_timestamp", "date_bin": "time_bucket",
 }
 
 
@@ -2240,8 +2251,10 @@ def node_problem(sub: exp.Expression, *, post: bool = False) -> str | None:
     if isinstance(sub, (exp.Cast, exp.TryCast)) and isinstance(sub.args.get("to"), exp.DataType):
         target = parse_type(sub.args["to"].sql(dialect="duckdb"))
         if target.kind not in Typer._CAST_TARGETS or target.enum:
+            time = (" (for a time of day, compare hour(ts), minute(ts) or second(ts): CAST(ts AS TIME) < TIME "
+                    "'06:00:00' is hour(ts) < 6)") if sub.args["to"].is_type("time", "timetz") else ""
             return (f"CAST to {sub.args['to'].sql(dialect='duckdb')} is not supported (not on the allow-list); cast to "
-                    f"BOOLEAN, an integer type, DECIMAL(p,s), DOUBLE, VARCHAR, DATE or TIMESTAMP ({_DOCS})")
+                    f"BOOLEAN, an integer type, DECIMAL(p,s), DOUBLE, VARCHAR, DATE or TIMESTAMP ({_DOCS}){time}")
         if post and target.name in _UNEXPORTABLE_KEYS:  # an output: exported to Arrow as DECIMAL(38, 0)
             return (f"CAST to {target} over released values is not supported: its values beyond 2^127 cannot be "
                     "released as numbers (they would wrap to negative numbers); cast to HUGEINT, DOUBLE or VARCHAR")
@@ -2292,8 +2305,10 @@ _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
 _CLOCK_FIX = "a release must not depend on when it ran: write the date as a literal (DATE '2024-12-31')"
 _SHIFT_FIX = "shift by an INTERVAL: d + INTERVAL 3 DAY (or date_add(d, INTERVAL 3 DAY)), d - INTERVAL 3 DAY"
 _PATTERN_FIX = "match text with LIKE / ILIKE ('%' and '_'), starts_with, ends_with or contains"
-_EPOCH_FIX = ("write date_part('epoch', ts) (answered), or compare the timestamp itself with a literal: "
-              "epoch(ts) > 1717200000 is ts > TIMESTAMP '2024-06-01 00:00:00'")
+_EPOCH_FIX = ("write date_part('epoch', ts) (seconds as a DOUBLE, answered: epoch_ms(ts) > 1717200000000 is "
+              "date_part('epoch', ts) > 1717200000), or compare the timestamp itself with a literal "
+              "(ts > TIMESTAMP '2024-06-01 00:00:00')")
+_LIST_FIX = "lists are not answered: test membership with IN (x IN ('a', 'b'))"
 _FORMAT_FIX = "format a date or timestamp with DuckDB's strftime(d, '%Y-%m') (or group by date_trunc('month', d))"
 #: the fix for common functions and operators that are not on the allow-list (by name or node type)
 _OFF_LIST_FIXES: dict[str | type[exp.Expression], str] = {
@@ -2302,7 +2317,17 @@ _OFF_LIST_FIXES: dict[str | type[exp.Expression], str] = {
     "datediff": ("compare the column with a shifted literal instead: date_diff('day', d, DATE '2024-12-31') < 30 is "
                  "d > DATE '2024-12-31' - INTERVAL 30 DAY"),
     "date_add": _SHIFT_FIX, "date_sub": _SHIFT_FIX,
-    "epoch": _EPOCH_FIX, "time_to_unix": _EPOCH_FIX,  # (sqlglot's name of epoch)
+    "epoch_ms": _EPOCH_FIX, "epoch_us": _EPOCH_FIX, "epoch_ns": _EPOCH_FIX, exp.UnixToTime: _EPOCH_FIX,
+    "strlen": "write length(s), which counts characters (strlen counts bytes)",
+    "octet_length": "write length(s), which counts characters (octet_length counts bytes)",
+    "make_timestamp": ("write the timestamp as a literal: make_timestamp(2024, 3, 1, 0, 0, 0) is "
+                       "TIMESTAMP '2024-03-01 00:00:00' (make_date(y, m, d) of integers is answered)"),
+    "time_bucket": ("group by date_trunc('week', ts) (or 'day', 'month', 'hour', ...): time_bucket(INTERVAL '1 week', "
+                    "ts) is date_trunc('week', ts), weeks starting on Monday"),
+    "array_contains": _LIST_FIX, "list_contains": _LIST_FIX, "list_has": _LIST_FIX, "array_has": _LIST_FIX,
+    "array": _LIST_FIX, exp.Array: _LIST_FIX,
+    exp.Tuple: ("compare each column on its own, under AND: (a, b) = ('x', 1) is a = 'x' AND b = 1, and "
+                "(a, b) IN (('x', 1), ('y', 2)) is (a = 'x' AND b = 1) OR (a = 'y' AND b = 2)"),
     "age": _CLOCK_FIX + ", and compare the column with it shifted: age(ts) > INTERVAL 30 DAY is "
                         "ts < TIMESTAMP '2024-12-31' - INTERVAL 30 DAY",
     "last_day": "group by the month's first day, date_trunc('month', d), or by year(d) and month(d)",

@@ -1,0 +1,78 @@
+"""Everyday analyst queries over one private table: what is answered matches plain DuckDB at zero noise, and
+what is refused names the problem and the answered form, before any charge."""
+
+from __future__ import annotations
+
+import datetime
+
+import duckdb
+import pyarrow as pa
+import pytest
+
+import dpsql
+from dpsql import Budget
+from dpsql.errors import UnsupportedQueryError
+from dpsql.testing import use_noise, zero_noise
+
+
+def _events() -> pa.Table:
+    base = datetime.datetime(2024, 1, 1)
+    n = 400
+    ts = [base + datetime.timedelta(hours=7 * i + (i % 5)) for i in range(n)]
+    return pa.table({
+        "user_id": pa.array(range(n), pa.int64()),
+        "url": pa.array(["/home", "/products/a", "/cart", "/help"] * (n // 4)),
+        "ts": pa.array(ts, pa.timestamp("us")),
+        "day": pa.array([t.date() for t in ts], pa.date32()),
+        "device": pa.array(["iPhone 15", "Pixel 8", "Windows PC", "MacBook"] * (n // 4)),
+    })
+
+
+@pytest.fixture()
+def session() -> dpsql.Session:
+    s = dpsql.Session(budget=Budget(100.0, 1e-3))
+    s.register("events", _events(), privacy_unit="user_id", max_groups_per_unit=1, max_rows_per_group=1)
+    use_noise(s, zero_noise())
+    yield s
+    s.close()
+
+
+def _truth(sql: str) -> list[tuple]:
+    con = duckdb.connect()
+    con.register("events", _events())
+    return con.execute(sql).fetchall()
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT COUNT(*) FROM events WHERE epoch(ts) > 1710000000",
+    "SELECT COUNT(*) FROM events WHERE epoch(day) < 1710000000",
+    "SELECT COUNT(*) FROM events WHERE EPOCH(ts) BETWEEN 1705000000 AND 1707000000.5",
+])
+def test_epoch_is_date_part_epoch(session: dpsql.Session, sql: str) -> None:
+    """DuckDB's epoch(x) is date_part('epoch', x) (a DOUBLE of seconds): answered as that, where it was refused
+    with the hint to write date_part('epoch', x)."""
+    r = session.query(sql, epsilon=1.0, delta=1e-6)
+    assert [tuple(v.values()) for v in r.table.to_pylist()] == _truth(sql)
+    assert r.table.to_pylist() == session.query(sql.replace("epoch(", "date_part('epoch', ").replace(
+        "EPOCH(", "date_part('epoch', "), epsilon=1.0, delta=1e-6).table.to_pylist()
+
+
+@pytest.mark.parametrize(("sql", "fix"), [
+    ("SELECT COUNT(*) FROM events WHERE strlen(device) > 5", "length("),
+    ("SELECT COUNT(*) FROM events WHERE ts >= make_timestamp(2024, 3, 1, 0, 0, 0)", "TIMESTAMP '"),
+    ("SELECT time_bucket(INTERVAL '1 week', ts) AS w, COUNT(*) FROM events GROUP BY w", "date_trunc('week'"),
+    ("SELECT COUNT(*) FROM events WHERE list_contains(['/home', '/cart'], url)", "IN ("),
+    ("SELECT COUNT(*) FROM events WHERE array_contains(['/home', '/cart'], url)", "IN ("),
+    ("SELECT COUNT(*) FROM events WHERE epoch_ms(ts) > 0", "date_part('epoch'"),
+    ("SELECT COUNT(*) FROM events WHERE (url, device) = ('/home', 'MacBook')", " AND "),
+    ("SELECT COUNT(*) FROM events WHERE CAST(ts AS TIME) < TIME '06:00:00'", "hour("),
+])
+def test_an_off_list_construct_names_the_answered_form(session: dpsql.Session, sql: str, fix: str) -> None:
+    """Each was refused naming only the construct (no fix): the message now names the form that is answered,
+    and nothing is charged."""
+    for run in (session.explain, session.query):
+        with pytest.raises(UnsupportedQueryError) as info:
+            run(sql, epsilon=1.0, delta=1e-6)
+        assert fix in str(info.value), str(info.value)
+        assert "hint" in str(info.value) or ";" in str(info.value)
+    assert session.remaining() == Budget(100.0, 1e-3) and session.history().num_rows == 0
