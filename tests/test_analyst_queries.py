@@ -76,3 +76,25 @@ def test_an_off_list_construct_names_the_answered_form(session: dpsql.Session, s
         assert fix in str(info.value), str(info.value)
         assert "hint" in str(info.value) or ";" in str(info.value)
     assert session.remaining() == Budget(100.0, 1e-3) and session.history().num_rows == 0
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT COUNT(*) FROM regions",
+    "SELECT region, COUNT(*) FROM regions GROUP BY region",
+    "SELECT COUNT(*) FROM regions a JOIN regions b ON a.code = b.code",
+])
+def test_a_query_of_public_tables_only_says_they_are_public(sql: str) -> None:
+    """A query of a table registered public=True was refused as a table that 'has no privacy unit column and
+    reaches none through a foreign key', with the hint to give it one: the message now says the table is public
+    (nothing to protect) and names the fix (read it directly, or join it to a private table). Nothing is charged."""
+    s = dpsql.Session(budget=Budget(10.0, 1e-3))
+    s.register("events", _events(), privacy_unit="user_id")
+    s.register("regions", pa.table({"code": ["a", "b"], "region": ["x", "y"]}), public=True)
+    for run in (s.explain, s.query):
+        with pytest.raises(dpsql.errors.QueryError) as info:
+            run(sql, epsilon=1.0, delta=1e-6)
+        text = str(info.value)
+        assert "public" in text and "nothing private to protect" in text and "directly" in text, text
+        assert "reaches none through a foreign key" not in text, text
+    assert s.remaining() == Budget(10.0, 1e-3) and s.history().num_rows == 0
+    s.close()

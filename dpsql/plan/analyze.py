@@ -996,7 +996,12 @@ class _Builder:
         self._table_names = {tbl.alias.lower() if tbl.alias else table.name.lower()}
         self._qualifier = qualifier(tbl)
         self.unit = resolve_unit_column(table, self.catalog)
-        if self.unit is None:
+        if self.unit is None and table.public:
+            private = next((t.name for t in self.catalog.values() if not t.public), "t")
+            self.bad(tbl, f"table '{table.name}' is public (registered with public=True): there is nothing private to "
+                          f"protect; query the public data directly, or join it to a private table (FROM {private} x "
+                          f"JOIN {table.name} p ON ...) to count people", policy=True)
+        elif self.unit is None:
             self.bad(
                 tbl,
                 unit_problem(table, self.catalog)
