@@ -86,7 +86,7 @@ from dpsql.plan.checks import (
     violation,
     written_name,
 )
-from dpsql.plan.intervals import clamp_argument, clamp_bounds
+from dpsql.plan.intervals import NoInterval, clamp_argument, clamp_bounds, interval
 from dpsql.plan.names import (
     alias_order_hint,
     ambiguity_problem,
@@ -637,8 +637,7 @@ class _JoinBuilder:
                     return None
                 value = exp.column(f, quoted=False) if column is arg else self.flatten(arg, fn)
                 return ir.SUM, value, b
-            self.bad(node, f"{fn} over an expression needs literal bounds: write {fn}(LEAST(GREATEST(expr, lo), hi))")
-            return None
+            return self.derived(node, fn, arg)
         name = (written_name(node, self.sql) or node.sql(dialect="duckdb").split("(", 1)[0] or type(node).__name__).upper()
         if isinstance(node, SUPPORTED_AGGS):  # answered by the one-table mechanisms, over a lookup join's rows only
             self.flatten(node.parent if isinstance(node.parent, exp.WithinGroup) else node, name)  # (unknown columns)
@@ -648,6 +647,49 @@ class _JoinBuilder:
             return None
         self.bad(node, f"aggregate {name} is not supported over joins; use COUNT, SUM or AVG")
         return None
+
+    def derived(self, node: exp.Expression, fn: str, arg: exp.Expression) -> tuple[str, exp.Expression, tuple[float, float]] | None:
+        """SUM / AVG of an expression of bounded columns (``CASE WHEN c.seg = 'A' THEN 1.0 ELSE 0.0 END``, ``l.price *
+        2``): its bounds by interval arithmetic (``dpsql.plan.intervals``), as on one table; the value is clamped to
+        them in SQL as a declared column's is. An AVG's count is COUNT(*) (``base_aggregates``), so its expression
+        must never be NULL (AVG skips NULL values, which the join mechanisms do not count apart)."""
+        fix = f"write {fn}(LEAST(GREATEST(expr, lo), hi))"
+        before = len(self.vs)
+        value = self.flatten(arg, fn)
+        if len(self.vs) != before:
+            return None
+
+        def bounds(name: str) -> tuple[float, float] | None:
+            alias, _, col = name.partition(SEP)
+            t = next((i.table for i in self.inputs if i.alias == alias), None)
+            kind = parse_type(t.schema.get(col, "")) if t is not None else None
+            return t.value_bounds(col) if t is not None and kind is not None and (kind.numeric or kind.kind == "bool") else None
+
+        try:
+            lo_hi = interval(value, bounds)
+        except NoInterval as e:
+            why = (f"column '{as_written(e.node).sql(dialect='duckdb')}' has no declared bounds"
+                   if isinstance(e.node, exp.Column) else e.message)
+            self.bad(node, f"{fn} over an expression needs bounds: {why}; {fix} with literal bounds, or declare the "
+                           "columns' bounds")
+            return None
+        if fn == "AVG" and not _never_null(value):
+            self.bad(node, "AVG over an expression that may be NULL is not supported over joins (AVG skips NULL values, "
+                           f"and the join mechanisms count every tuple); {fix}, which is never NULL"
+                           + (", or give the CASE an ELSE" if isinstance(arg, (exp.Case, exp.If)) else ""))
+            return None
+        try:
+            typed = type_checked(value, dict(self.flat_schema))
+        except TypeRefusal as e:
+            for n, m in e.problems:
+                self.bad(node if n is None else n, f"{fn}: {m}")
+            return None
+        if not (typed.type.numeric or typed.type.kind == "bool"):
+            self.bad(node, f"{fn} needs a numeric value, got {typed.type}")
+            return None
+        if self._too_large(node, fn, lo_hi):
+            return None
+        return ir.SUM, value, lo_hi
 
     def _too_large(self, node: exp.Expression, fn: str, bounds: tuple[float, float]) -> bool:
         """Bounds beyond ``MAX_BOUND`` in magnitude, refused as on one table: the join mechanisms scale their
@@ -1402,3 +1444,24 @@ def _spelled(stmt: exp.Select, columns: set[str]) -> exp.Select:
 def analyze_join(sql: str, stmt: exp.Select, catalog: Mapping[str, TableSpec]) -> ir.QueryPlan:
     """The plan of a join query (or of a single table with several paths to people)."""
     return _JoinBuilder(sql, stmt, catalog).build()
+
+
+def _never_null(node: exp.Expression) -> bool:
+    """A value SQL never makes NULL on any row: a numeric or boolean literal, a CASE / IF whose every result (its ELSE
+    included) is one, a COALESCE with one such argument, or + - * and unary minus of such values."""
+    while isinstance(node, exp.Paren):
+        node = node.this
+    if never_null_literal(node) and not (isinstance(node, exp.Literal) and node.is_string):
+        return True
+    if isinstance(node, exp.Case):
+        return (node.args.get("default") is not None and _never_null(node.args["default"])
+                and all(_never_null(i.args["true"]) for i in node.args.get("ifs") or []))
+    if isinstance(node, exp.If):
+        return node.args.get("false") is not None and _never_null(node.args["true"]) and _never_null(node.args["false"])
+    if isinstance(node, exp.Coalesce):
+        return any(_never_null(a) for a in [node.this, *node.expressions])
+    if isinstance(node, exp.Neg):
+        return _never_null(node.this)
+    if isinstance(node, (exp.Add, exp.Sub, exp.Mul)):
+        return _never_null(node.this) and _never_null(node.expression)
+    return False
