@@ -66,6 +66,13 @@ def test_epoch_is_date_part_epoch(session: dpsql.Session, sql: str) -> None:
     ("SELECT COUNT(*) FROM events WHERE epoch_ms(ts) > 0", "date_part('epoch'"),
     ("SELECT COUNT(*) FROM events WHERE (url, device) = ('/home', 'MacBook')", " AND "),
     ("SELECT COUNT(*) FROM events WHERE CAST(ts AS TIME) < TIME '06:00:00'", "hour("),
+    ("SELECT COUNT(*) FROM events WHERE regexp_extract(url, '/p') = '/p'", "LIKE"),
+    ("SELECT COUNT(*) FROM events WHERE regexp_replace(url, '/', '') = 'home'", "replace(s, "),
+    ("SELECT width_bucket(length(url), 0, 20, 4) AS b, COUNT(*) FROM events GROUP BY b", "floor("),
+    ("SELECT COUNT(*) FROM events WHERE to_date(url, '%Y') IS NULL", "strptime("),
+    ("SELECT COUNT(*) FROM events WHERE string_split(url, '/')[2] = 'home'", "split_part("),
+    ("SELECT COUNT(*) FROM events WHERE url[1:2] = '/h'", "substring("),
+    ("SELECT COUNT(*) FROM events WHERE ts > TIMESTAMPTZ '2024-06-01 00:00:00+00'", "TIMESTAMP '"),
 ])
 def test_an_off_list_construct_names_the_answered_form(session: dpsql.Session, sql: str, fix: str) -> None:
     """Each was refused naming only the construct (no fix): the message now names the form that is answered,
@@ -161,3 +168,18 @@ def test_an_expression_over_a_join_without_a_never_null_value_or_bounds_is_refus
         s.query(sql, epsilon=1.0, delta=1e-6)
     assert "LEAST(GREATEST(" in str(info.value), str(info.value)
     assert s.remaining() == before
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT time_bucket(INTERVAL '1 week', ts) AS w, COUNT(*) FROM events GROUP BY w",
+    "SELECT COUNT(*) FROM events WHERE url[1:2] = '/h'",
+    "SELECT COUNT(*) FROM events WHERE json_extract(url, '$.a') IS NULL",
+])
+def test_an_off_list_call_is_one_problem_not_its_parts(session: dpsql.Session, sql: str) -> None:
+    """The refusal of time_bucket(INTERVAL '1 week', ts) also listed 'the expression INTERVAL is not on the
+    allow-list' (without a position), and a JSON path its three parts: parts of a refused call are no problem
+    of their own."""
+    with pytest.raises(UnsupportedQueryError) as info:
+        session.explain(sql, epsilon=1.0, delta=1e-6)
+    text = str(info.value)
+    assert "problems" not in text and "INTERVAL is not" not in text and "JSONPATH" not in text, text

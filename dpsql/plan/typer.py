@@ -67,7 +67,7 @@ import decimal
 import math
 import re
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -2252,7 +2252,9 @@ def node_problem(sub: exp.Expression, *, post: bool = False) -> str | None:
         target = parse_type(sub.args["to"].sql(dialect="duckdb"))
         if target.kind not in Typer._CAST_TARGETS or target.enum:
             time = (" (for a time of day, compare hour(ts), minute(ts) or second(ts): CAST(ts AS TIME) < TIME "
-                    "'06:00:00' is hour(ts) < 6)") if sub.args["to"].is_type("time", "timetz") else ""
+                    "'06:00:00' is hour(ts) < 6)") if sub.args["to"].is_type("time", "timetz") else (
+                " (a TIMESTAMP column is compared with TIMESTAMP '2024-06-01 00:00:00', the time in UTC)"
+                if sub.args["to"].is_type("timestamptz") else "")
             return (f"CAST to {sub.args['to'].sql(dialect='duckdb')} is not supported (not on the allow-list); cast to "
                     f"BOOLEAN, an integer type, DECIMAL(p,s), DOUBLE, VARCHAR, DATE or TIMESTAMP ({_DOCS}){time}")
         if post and target.name in _UNEXPORTABLE_KEYS:  # an output: exported to Arrow as DECIMAL(38, 0)
@@ -2309,6 +2311,7 @@ _EPOCH_FIX = ("write date_part('epoch', ts) (seconds as a DOUBLE, answered: epoc
               "date_part('epoch', ts) > 1717200000), or compare the timestamp itself with a literal "
               "(ts > TIMESTAMP '2024-06-01 00:00:00')")
 _LIST_FIX = "lists are not answered: test membership with IN (x IN ('a', 'b'))"
+_SPLIT_FIX = "lists are not answered: split_part(s, '/', 2) is the second part of s split at '/'"
 _FORMAT_FIX = "format a date or timestamp with DuckDB's strftime(d, '%Y-%m') (or group by date_trunc('month', d))"
 #: the fix for common functions and operators that are not on the allow-list (by name or node type)
 _OFF_LIST_FIXES: dict[str | type[exp.Expression], str] = {
@@ -2324,6 +2327,13 @@ _OFF_LIST_FIXES: dict[str | type[exp.Expression], str] = {
                        "TIMESTAMP '2024-03-01 00:00:00' (make_date(y, m, d) of integers is answered)"),
     "time_bucket": ("group by date_trunc('week', ts) (or 'day', 'month', 'hour', ...): time_bucket(INTERVAL '1 week', "
                     "ts) is date_trunc('week', ts), weeks starting on Monday"),
+    "regexp_extract": _PATTERN_FIX, "regexp_replace": ("replace(s, 'abc', 'x') replaces a literal text; "
+                                                       + _PATTERN_FIX + " to test a pattern"),
+    "regexp_split_to_array": _SPLIT_FIX, "split": _SPLIT_FIX, "str_split": _SPLIT_FIX, "string_split": _SPLIT_FIX,
+    exp.Bracket: ("substring(s, 1, 2) is s[1:2], and split_part(s, '/', 2) the second part of s split at '/' (lists "
+                  "are not answered)"), exp.Slice: "substring(s, 1, 2) is s[1:2]",
+    "width_bucket": "bucket with arithmetic: floor((x - lo) / width) (or a CASE of ranges)",
+    "to_date": "parse text with strptime(s, '%Y-%m-%d') (NULL where it does not parse) or CAST(s AS DATE)",
     "array_contains": _LIST_FIX, "list_contains": _LIST_FIX, "list_has": _LIST_FIX, "array_has": _LIST_FIX,
     "array": _LIST_FIX, exp.Array: _LIST_FIX,
     exp.Tuple: ("compare each column on its own, under AND: (a, b) = ('x', 1) is a = 'x' AND b = 1, and "
@@ -2340,11 +2350,26 @@ _OFF_LIST_FIXES: dict[str | type[exp.Expression], str] = {
 def allow_list_problems(node: exp.Expression, *, post: bool = False) -> list[tuple[exp.Expression, str]]:
     """Every construct in ``node`` that is not on the allow-list (all of them, for one report)."""
     out: list[tuple[exp.Expression, str]] = []
+    refused: set[int] = set()
     for sub in node.walk(bfs=False):  # depth first: left to right in the SQL text
+        if isinstance(sub, CALL_PARTS) and any(id(a) in refused for a in ancestors(sub)):
+            continue  # a part of a refused call (its INTERVAL, slice or JSON path): no problem of its own
         msg = node_problem(sub, post=post)
         if msg is not None:
             out.append((sub, msg))
+            refused.add(id(sub))
     return out
+
+
+#: nodes that are parts of a call, never a value of their own: reported with the call when it is refused
+CALL_PARTS: tuple[type[exp.Expression], ...] = (exp.Interval, exp.Slice, exp.JSONPath, exp.JSONPathPart)
+
+
+def ancestors(node: exp.Expression) -> Iterator[exp.Expression]:
+    p = node.parent
+    while p is not None:
+        yield p
+        p = p.parent
 
 
 def _depth(node: exp.Expression) -> int:
