@@ -203,7 +203,8 @@ def written_name(
     return ""
 
 
-_WINDOW_OVER_AGGREGATES = ("windows over aggregates are answered for a query of one table, not over a join's; "
+_WINDOW_OVER_AGGREGATES = ("windows over aggregates are answered in the SELECT list, ORDER BY or QUALIFY of the "
+                           "aggregate query itself, over its released rows; "
                            "compute a rank, a share of the total or a running total from the released rows "
                            "(ORDER BY the aggregate DESC LIMIT n keeps the largest groups)")
 
@@ -415,7 +416,7 @@ def check_statement_shape(stmt: exp.Expression, sql: str, *, start: int = 0, win
             elif key == "qualify":
                 v.append(
                     violation(
-                        val, sql, "QUALIFY (window filtering) is answered for a query of one table, not over a join; "
+                        val, sql, "QUALIFY (window filtering) is answered in a SELECT of its own only; "
                                   "keep the first released rows with ORDER BY ... LIMIT n instead (ORDER BY n DESC "
                                   "LIMIT 3 for the 3 largest counts)",
                         offset=keyword_offset(sql, {"QUALIFY"}, after=start),
