@@ -234,3 +234,22 @@ def test_a_window_over_a_join_where_sql_has_none_is_refused_for_free(sql: str, w
         s.query(sql, epsilon=1.0, delta=1e-6)
     assert words in str(info.value), str(info.value)
     assert s.remaining() == before
+
+
+@pytest.mark.parametrize("sql", [
+    f"SELECT 'x' AS t, COUNT(*) AS k {_CN}",
+    f"SELECT 'x' AS t, COUNT(*) AS k {_CN}UNION ALL SELECT 'y', COUNT(*) FROM customer ORDER BY 1",
+    f"SELECT 2024 AS y, n.n_name, COUNT(*) AS k {_CN}GROUP BY n.n_name ORDER BY 2",
+])
+def test_a_constant_output_over_a_join_is_answered(sql: str) -> None:
+    """A labelled total over a join (SELECT 'x' AS t, COUNT(*) ...) was refused as 'over joins every output must be an
+    aggregate', where one table answers it: a constant is no private value."""
+    s, con = _tpch_session()
+    r = s.query(sql, epsilon=5.0, delta=1e-5)
+    assert [tuple(row.values()) for row in r.table.to_pylist()] == con.execute(sql).fetchall()
+
+
+def test_a_column_output_over_a_join_without_group_by_stays_refused() -> None:
+    s, _ = _tpch_session()
+    with pytest.raises(UnsupportedQueryError, match="every output must be an aggregate"):
+        s.explain(f"SELECT n.n_name, COUNT(*) {_CN}", epsilon=1.0, delta=1e-6)

@@ -822,7 +822,7 @@ class _JoinBuilder:
             if isinstance(it, exp.Star) or (isinstance(it, exp.Column) and isinstance(it.this, exp.Star)):
                 self.bad(it, "SELECT * releases raw rows and is not allowed; select COUNT(*) or SUM(...)")
             elif not any(True for _ in it.find_all(exp.AggFunc)):
-                if stmt.args.get("group") is None:
+                if stmt.args.get("group") is None and any(True for _ in it.find_all(exp.Column)):
                     self.bad(it, "over joins every output must be an aggregate (COUNT, SUM or AVG)")
                 else:
                     self.item_at = pos
