@@ -253,3 +253,24 @@ def test_a_column_output_over_a_join_without_group_by_stays_refused() -> None:
     s, _ = _tpch_session()
     with pytest.raises(UnsupportedQueryError, match="every output must be an aggregate"):
         s.explain(f"SELECT n.n_name, COUNT(*) {_CN}", epsilon=1.0, delta=1e-6)
+
+
+def test_reuse_on_an_unversioned_arrow_table_says_why_no_synopsis_covers_it() -> None:
+    """reuse='synopsis' over an Arrow table registered without version= was refused as 'no stored DAWA synopsis covers
+    this query', right after a workload over the same ranges, which sends the analyst looking for the difference:
+    such a table's synopses are never reused (an Arrow table has no identity but its label). The message says so
+    and names version=; nothing is charged."""
+    s = dpsql.Session(budget=Budget(100.0, 1e-3))
+    t = pa.table({"uid": pa.array(range(200), pa.int64()), "age": pa.array([i % 90 for i in range(200)], pa.int32())})
+    s.register("p", t, privacy_unit="uid", max_rows_per_unit=1, columns={"age": {"bounds": (0, 100), "bins": 100}})
+    s.query_many(["SELECT COUNT(*) FROM p WHERE age < 30", "SELECT COUNT(*) FROM p WHERE age >= 30"], epsilon=1.0)
+    before = s.remaining()
+    with pytest.raises(dpsql.errors.PolicyError) as info:
+        s.query("SELECT COUNT(*) FROM p WHERE age < 50", epsilon=1.0, options={"reuse": "synopsis"})
+    assert "version" in str(info.value) and "'p'" in str(info.value), str(info.value)
+    assert s.remaining() == before
+    s.register("p", t, privacy_unit="uid", max_rows_per_unit=1, version="v1",
+               columns={"age": {"bounds": (0, 100), "bins": 100}})
+    s.query_many(["SELECT COUNT(*) FROM p WHERE age < 30", "SELECT COUNT(*) FROM p WHERE age >= 30"], epsilon=1.0)
+    assert s.query("SELECT COUNT(*) FROM p WHERE age < 50", epsilon=1.0, options={"reuse": "synopsis"}).reused
+    s.close()
