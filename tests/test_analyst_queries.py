@@ -274,3 +274,15 @@ def test_reuse_on_an_unversioned_arrow_table_says_why_no_synopsis_covers_it() ->
     s.query_many(["SELECT COUNT(*) FROM p WHERE age < 30", "SELECT COUNT(*) FROM p WHERE age >= 30"], epsilon=1.0)
     assert s.query("SELECT COUNT(*) FROM p WHERE age < 50", epsilon=1.0, options={"reuse": "synopsis"}).reused
     s.close()
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT devise, COUNT(*) FROM events GROUP BY 1",
+    "SELECT devise AS d, COUNT(*) FROM events GROUP BY d",
+])
+def test_an_unknown_column_grouped_by_position_or_alias_is_one_problem(session: dpsql.Session, sql: str) -> None:
+    """It was reported twice, in SELECT and in GROUP BY, at the same place ('the query has 2 problems')."""
+    with pytest.raises(UnsupportedQueryError) as info:
+        session.explain(sql, epsilon=1.0, delta=1e-6)
+    text = str(info.value)
+    assert text.count("unknown column 'devise'") == 1 and "did you mean 'device'" in text, text
