@@ -286,3 +286,20 @@ def test_an_unknown_column_grouped_by_position_or_alias_is_one_problem(session: 
         session.explain(sql, epsilon=1.0, delta=1e-6)
     text = str(info.value)
     assert text.count("unknown column 'devise'") == 1 and "did you mean 'device'" in text, text
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT COUNT(*) FROM events WHERE url = ANY(['/home', '/cart'])",
+    "SELECT COUNT(*) FROM events WHERE url = ANY (['/home'])",
+    "SELECT COUNT(*) FROM events WHERE url <> ALL(['/home', '/cart'])",
+    "SELECT url, COUNT(*) FROM events WHERE url = ANY(['/home', '/cart', NULL]) GROUP BY url ORDER BY url",
+])
+def test_a_comparison_with_any_or_all_of_a_literal_list_is_in(session: dpsql.Session, sql: str) -> None:
+    """DuckDB's x = ANY([...]) is x IN (...) (and x <> ALL([...]) x NOT IN (...)): it was refused naming that form."""
+    r = session.query(sql, epsilon=1.0, delta=1e-6)
+    assert [tuple(v.values()) for v in r.table.to_pylist()] == _truth(sql)
+
+
+def test_any_over_a_pattern_list_stays_refused_naming_the_or_form(session: dpsql.Session) -> None:
+    with pytest.raises(UnsupportedQueryError, match="OR"):
+        session.explain("SELECT COUNT(*) FROM events WHERE url LIKE ANY(['/h%', '/c%'])", epsilon=1.0, delta=1e-6)
