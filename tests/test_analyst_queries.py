@@ -303,3 +303,33 @@ def test_a_comparison_with_any_or_all_of_a_literal_list_is_in(session: dpsql.Ses
 def test_any_over_a_pattern_list_stays_refused_naming_the_or_form(session: dpsql.Session) -> None:
     with pytest.raises(UnsupportedQueryError, match="OR"):
         session.explain("SELECT COUNT(*) FROM events WHERE url LIKE ANY(['/h%', '/c%'])", epsilon=1.0, delta=1e-6)
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT COUNT(*) FROM events WHERE day >= DATE '2024-03-01' - 7",
+    "SELECT COUNT(*) FROM events WHERE day - 7 >= DATE '2024-03-01'",
+    "SELECT COUNT(*) FROM events WHERE day + 1 > DATE '2024-04-01'",
+    "SELECT COUNT(*) FROM events WHERE 30 + day < DATE '2024-04-01'",
+    "SELECT year(day + 400) AS y, COUNT(*) AS n FROM events GROUP BY y ORDER BY y",
+])
+def test_a_date_plus_or_minus_whole_days_is_duckdbs_date(session: dpsql.Session, sql: str) -> None:
+    """DATE +/- an integer literal is a DATE in DuckDB (d - 7 is a week earlier): it was refused as 'arithmetic needs
+    numbers, got DATE'. Now the shift by that many days, a DATE (NULL outside years 1..9999, as any shift)."""
+    r = session.query(sql, epsilon=1.0, delta=1e-6)
+    assert r.table.schema.field(0).type in (pa.int64(), pa.date32())
+    assert [tuple(v.values()) for v in r.table.to_pylist()] == _truth(sql)
+
+
+def test_a_date_plus_days_key_is_a_date(session: dpsql.Session) -> None:
+    r = session.query("SELECT day + 1 AS next_day, COUNT(*) AS n FROM events GROUP BY next_day", epsilon=1.0, delta=1e-6)
+    assert r.table.schema.field("next_day").type == pa.date32()
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT COUNT(*) FROM events WHERE day - DATE '2024-01-01' < 31",
+    "SELECT COUNT(*) FROM events WHERE day + 1.5 > DATE '2024-04-01'",
+    "SELECT COUNT(*) FROM events WHERE 7 - day < DATE '2024-04-01'",
+])
+def test_other_date_arithmetic_stays_refused_naming_the_interval(session: dpsql.Session, sql: str) -> None:
+    with pytest.raises(UnsupportedQueryError, match="INTERVAL"):
+        session.explain(sql, epsilon=1.0, delta=1e-6)

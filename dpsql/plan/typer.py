@@ -1226,6 +1226,9 @@ class Typer:
             isinstance(node.expression, exp.Interval) or (isinstance(node, exp.Add) and isinstance(node.this, exp.Interval))
         ):
             return self._shift_literal(node)
+        days = self._date_days(node)
+        if days is not None:
+            return days
         a, b = self._numeric(node.this, node), self._numeric(node.expression, node)
         cls = type(node)
         nulls = [isinstance(n, exp.Null) for n in (node.this, node.expression)]
@@ -1263,6 +1266,33 @@ class Typer:
             # HUGEINT: computed in DOUBLE (total)
             typ = DOUBLE
         return Typed(cls(this=self.coerce(a, typ, node), expression=self.coerce(b, typ, node)), typ)
+
+    def _date_days(self, node: exp.Expression) -> Typed | None:
+        """``DATE +/- n`` (and ``n + DATE``) for an integer literal n: DuckDB's DATE n days later (earlier), i.e. the
+        shift by ``INTERVAL n DAY`` cast back to DATE: a literal folded here, a row's value NULL unless it and its
+        shift lie in years 1..9999 (:meth:`_shift_value`). None for anything else (refused as arithmetic)."""
+        if not isinstance(node, (exp.Add, exp.Sub)):
+            return None
+        pairs = [(node.this, node.expression)] + ([(node.expression, node.this)] if isinstance(node, exp.Add) else [])
+        for d_node, n_node in pairs:
+            k = n_node.this if isinstance(n_node, exp.Neg) else n_node
+            if not (isinstance(k, exp.Literal) and not k.is_string and str(k.this).isdigit()):
+                continue
+            n = int(str(k.this)) * (-1 if isinstance(n_node, exp.Neg) else 1) * (-1 if isinstance(node, exp.Sub) else 1)
+            if abs(n) > 3_700_000:  # (more days than years 1..9999 hold: no date, as DuckDB's own range)
+                raise self.refuse(node, "the shift by a number of days is outside years 1..9999")
+            r = self.t(d_node)
+            if r.type.kind != "date":
+                return None
+            if r.literal and r.value is not None:
+                try:
+                    v = r.value + dt.timedelta(days=n)
+                except OverflowError:
+                    raise self.refuse(node, "the shifted date is outside years 1..9999") from None
+                return Typed(typed_literal(v, DATE), DATE, True, v)
+            shifted = self._shift_value(r, 0, dt.timedelta(days=n), node)
+            return Typed(_cast(shifted.expr, DATE, try_=False), DATE)
+        return None
 
     def _shift_literal(self, node: exp.Expression) -> Typed:
         """``DATE/TIMESTAMP literal +/- INTERVAL n unit`` (or ``INTERVAL ... + literal``), folded here into
