@@ -174,6 +174,7 @@ def test_an_expression_over_a_join_without_a_never_null_value_or_bounds_is_refus
     "SELECT time_bucket(INTERVAL '1 week', ts) AS w, COUNT(*) FROM events GROUP BY w",
     "SELECT COUNT(*) FROM events WHERE url[1:2] = '/h'",
     "SELECT COUNT(*) FROM events WHERE json_extract(url, '$.a') IS NULL",
+    "SELECT COUNT(*) FROM events WHERE list_contains(['/home', '/cart'], url)",
 ])
 def test_an_off_list_call_is_one_problem_not_its_parts(session: dpsql.Session, sql: str) -> None:
     """The refusal of time_bucket(INTERVAL '1 week', ts) also listed 'the expression INTERVAL is not on the

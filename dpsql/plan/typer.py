@@ -2392,7 +2392,7 @@ def allow_list_problems(node: exp.Expression, *, post: bool = False) -> list[tup
 
 
 #: nodes that are parts of a call, never a value of their own: reported with the call when it is refused
-CALL_PARTS: tuple[type[exp.Expression], ...] = (exp.Interval, exp.Slice, exp.JSONPath, exp.JSONPathPart)
+CALL_PARTS: tuple[type[exp.Expression], ...] = (exp.Interval, exp.Slice, exp.JSONPath, exp.JSONPathPart, exp.Array)
 
 
 def ancestors(node: exp.Expression) -> Iterator[exp.Expression]:
