@@ -617,6 +617,9 @@ class Typer:
         self.schema = {k.lower(): parse_type(v) for k, v in schema.items()}
         self.likes = 0
         self.searches = 0
+        #: operands of + / - typed by :meth:`_date_days` and found no DATE, by id: :meth:`_numeric` takes them
+        #: instead of typing them again (twice per level made a chain x + 1 + 1 + ... exponential in its length)
+        self._operands: dict[int, Typed] = {}
 
     # ---- entry points ------------------------------------------------------------------------
     def run(self, node: exp.Expression) -> Typed:
@@ -1143,7 +1146,7 @@ class Typer:
         return Typed(out, BOOLEAN)
 
     def _numeric(self, node: exp.Expression, parent: exp.Expression) -> Typed:
-        r = self.t(node)
+        r = self._operands.pop(id(node), None) or self.t(node)
         if r.type.kind == "null":
             return Typed(_cast(exp.Null(), DOUBLE, try_=False), DOUBLE)
         if not r.type.numeric:
@@ -1281,8 +1284,9 @@ class Typer:
             n = int(str(k.this)) * (-1 if isinstance(n_node, exp.Neg) else 1) * (-1 if isinstance(node, exp.Sub) else 1)
             if abs(n) > 3_700_000:  # (more days than years 1..9999 hold: no date, as DuckDB's own range)
                 raise self.refuse(node, "the shift by a number of days is outside years 1..9999")
-            r = self.t(d_node)
+            r = self._operands.pop(id(d_node), None) or self.t(d_node)
             if r.type.kind != "date":
+                self._operands[id(d_node)] = r
                 return None
             if r.literal and r.value is not None:
                 try:
