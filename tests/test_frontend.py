@@ -343,7 +343,8 @@ def test_every_violation_is_listed_at_once_with_positions(catalog: dict[str, Tab
     expected = {
         (1, "*,"),
         # (2, "MAX(url),") is not reported: were 'users' a public lookup, the one-table path would answer MAX
-        (3, "COUNT(*) OVE"),
+        # (3, "COUNT(*) OVE") is not reported here: a window over a join's released rows is answered (post-processing);
+        # with CUBE it is refused when the groupings are split, once the query has no other problem
         # (4, "nosuch") is not reported: 'users' is not registered, so it may be one of its columns
         (5, "JOIN users U"),
         (6, "read_parquet"),

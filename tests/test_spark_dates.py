@@ -135,6 +135,17 @@ def test_interval_shifts_of_a_column_give_duckdbs_values_on_spark(engines: Any) 
     assert values[1][DAYS.index(18627)] == (18627 - 31) * day_us
 
 
+def test_a_date_plus_whole_days_gives_duckdbs_values_on_spark(engines: Any) -> None:
+    """``d +/- n`` of an integer literal (``Typer._date_days``): the DATE n days later on both engines, NULL on both
+    where the date or its shift leaves years 1..9999."""
+    duck, spark = engines
+    shifts = ["d + 30", "d - 1", "7 + d", "d + 3660000"]
+    q = exp.select(exp.column("i"), *[exp.alias_(typed(e), f"c{k}") for k, e in enumerate(shifts)]).from_("v")
+    d = sorted(_plain(duck.fetch_arrow(q)).to_pylist(), key=lambda r: r["i"])
+    assert d == sorted(_plain(spark.fetch_arrow(q)).to_pylist(), key=lambda r: r["i"])
+    assert any(r["c0"] is not None for r in d) and all(r["c3"] is None for r in d)
+
+
 def test_refused_parts_and_formats_are_free_errors() -> None:
     from dpsql.engine.spark_ops import lower_for_spark
 

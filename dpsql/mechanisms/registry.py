@@ -346,6 +346,14 @@ def _finish(request: Request, mechanism: Mechanism, calibration: Any, reason: st
                           f"epsilon={request.asked.epsilon:g} asked; nothing was charged",
                           hint="a mechanism states a cost within the budget asked for (docs/architecture.md)")
     if request.options.get("reuse") == "synopsis" and desc.reuse_of is None:
+        if request.table is not None and request.table.source_kind not in ("parquet", "csv") and (
+                request.table.version is None):
+            raise PolicyError(
+                f"reuse='synopsis' was asked, but table '{request.table.name}' is registered without a version: its "
+                "contents have no identity but the label the owner gives them, so its synopses are never stored for "
+                "reuse; nothing was charged",
+                hint=f"register '{request.table.name}' with version='...' (a label of its contents, e.g. a snapshot "
+                     "date), or omit the reuse option to answer the query on its own, which is charged")
         raise PolicyError(
             "reuse='synopsis' was asked, but no stored DAWA synopsis covers this query (same table, ordered column(s), "
             "other conditions, caps and source contents); nothing was charged",

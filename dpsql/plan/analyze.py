@@ -355,7 +355,11 @@ class _Builder:
             else:
                 type_predicate(node, self.table.schema, role)
         except TypeRefusal as e:
+            unknown = {(v.line, v.col) for v in self.violations if v.message.startswith("unknown column")}
             for n, msg in e.problems:
+                at = violation(n if n is not None else node, self.sql, "")
+                if msg.startswith("unknown column") and (at.line, at.col) in unknown:
+                    continue  # named once already (GROUP BY 1 reads the SELECT list's column again)
                 self.bad(n if n is not None else node, f"{role}: {msg}")
 
     def check_columns(self, node: exp.Expression, where: str, *, allow_aliases: bool | set[str] = False) -> None:
@@ -386,6 +390,10 @@ class _Builder:
             if self.table.schema and name not in self.table.schema:
                 if where != "WHERE" and is_bin_column(name, self.table):
                     continue  # <col>_bin: the bins of a declared ordered domain (histograms)
+                at = violation(c, self.sql, "")
+                if any(v.message.startswith(f"unknown column '{c.name}'") and (v.line, v.col) == (at.line, at.col)
+                       for v in self.violations):
+                    continue  # the same column read again (GROUP BY 1, or an output's alias): named once
                 self.bad(c, f"unknown column '{c.name}' in table '{self.table.name}' ({where})"
                             f"{self._later_alias(c, node, where) or _part_first(c) or did_you_mean(c.name, self.table.schema)}")
 
@@ -996,7 +1004,12 @@ class _Builder:
         self._table_names = {tbl.alias.lower() if tbl.alias else table.name.lower()}
         self._qualifier = qualifier(tbl)
         self.unit = resolve_unit_column(table, self.catalog)
-        if self.unit is None:
+        if self.unit is None and table.public:
+            private = next((t.name for t in self.catalog.values() if not t.public), "t")
+            self.bad(tbl, f"table '{table.name}' is public (registered with public=True): there is nothing private to "
+                          f"protect; query the public data directly, or join it to a private table (FROM {private} x "
+                          f"JOIN {table.name} p ON ...) to count people", policy=True)
+        elif self.unit is None:
             self.bad(
                 tbl,
                 unit_problem(table, self.catalog)

@@ -27,7 +27,7 @@ from dpsql.plan.parse import (
     tokens,
 )
 from dpsql.plan.quantiles import QUANTILE_AGGS
-from dpsql.plan.typer import func_name, node_problem, row_fields
+from dpsql.plan.typer import CALL_PARTS, ancestors, func_name, node_problem, row_fields
 
 SUPPORTED_AGGS = (exp.Count, exp.Sum, exp.Avg, exp.Variance, exp.VariancePop, exp.Stddev, exp.StddevSamp, exp.StddevPop,
                   exp.CovarPop, exp.CovarSamp, exp.Corr, exp.RegrSlope, exp.RegrIntercept,
@@ -203,7 +203,8 @@ def written_name(
     return ""
 
 
-_WINDOW_OVER_AGGREGATES = ("windows over aggregates are answered for a query of one table, not over a join's; "
+_WINDOW_OVER_AGGREGATES = ("windows over aggregates are answered in the SELECT list, ORDER BY or QUALIFY of the "
+                           "aggregate query itself, over its released rows; "
                            "compute a rank, a share of the total or a running total from the released rows "
                            "(ORDER BY the aggregate DESC LIMIT n keeps the largest groups)")
 
@@ -236,8 +237,11 @@ def check_expression_functions(node: exp.Expression, sql: str, where: str, *, wi
     # clause is read on private rows, so it is checked against ALLOW_LIST under the aggregate's
     # name, as the analysis checks it (one message, not one per list)
     stack: list[tuple[exp.Expression, str, bool]] = [(node, where, where in POST_CLAUSES)]
+    refused: set[int] = set()  #: the nodes reported: a part of one (its INTERVAL, slice, JSON path) is not reported again
     while stack:  # depth first, left to right in the SQL text
         sub, where, post = stack.pop()
+        if isinstance(sub, CALL_PARTS) and any(id(a) in refused for a in ancestors(sub)):
+            continue
         if isinstance(sub, (exp.Subquery, exp.Exists)) or (
             isinstance(sub, exp.Select) and sub is not node and not isinstance(sub.parent, (exp.Subquery, exp.Exists))
         ):
@@ -320,6 +324,7 @@ def check_expression_functions(node: exp.Expression, sql: str, where: str, *, wi
                     assert msg is not None
                     msg = msg.replace(f"function {func_name(sub) or type(sub).__name__.lower()}()", f"function {written}()", 1)
                 out.append(violation(sub, sql, f"{where}: {msg}", at=at, rendered=rendered, written=written))
+                refused.add(id(sub))
         stack.extend((c, where, post) for c in reversed(list(sub.iter_expressions())))
     return out
 
@@ -411,7 +416,7 @@ def check_statement_shape(stmt: exp.Expression, sql: str, *, start: int = 0, win
             elif key == "qualify":
                 v.append(
                     violation(
-                        val, sql, "QUALIFY (window filtering) is answered for a query of one table, not over a join; "
+                        val, sql, "QUALIFY (window filtering) is answered in a SELECT of its own only; "
                                   "keep the first released rows with ORDER BY ... LIMIT n instead (ORDER BY n DESC "
                                   "LIMIT 3 for the 3 largest counts)",
                         offset=keyword_offset(sql, {"QUALIFY"}, after=start),

@@ -66,7 +66,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from sqlglot import exp
@@ -86,7 +86,7 @@ from dpsql.plan.checks import (
     violation,
     written_name,
 )
-from dpsql.plan.intervals import clamp_argument, clamp_bounds
+from dpsql.plan.intervals import NoInterval, clamp_argument, clamp_bounds, interval
 from dpsql.plan.names import (
     alias_order_hint,
     ambiguity_problem,
@@ -637,8 +637,7 @@ class _JoinBuilder:
                     return None
                 value = exp.column(f, quoted=False) if column is arg else self.flatten(arg, fn)
                 return ir.SUM, value, b
-            self.bad(node, f"{fn} over an expression needs literal bounds: write {fn}(LEAST(GREATEST(expr, lo), hi))")
-            return None
+            return self.derived(node, fn, arg)
         name = (written_name(node, self.sql) or node.sql(dialect="duckdb").split("(", 1)[0] or type(node).__name__).upper()
         if isinstance(node, SUPPORTED_AGGS):  # answered by the one-table mechanisms, over a lookup join's rows only
             self.flatten(node.parent if isinstance(node.parent, exp.WithinGroup) else node, name)  # (unknown columns)
@@ -648,6 +647,49 @@ class _JoinBuilder:
             return None
         self.bad(node, f"aggregate {name} is not supported over joins; use COUNT, SUM or AVG")
         return None
+
+    def derived(self, node: exp.Expression, fn: str, arg: exp.Expression) -> tuple[str, exp.Expression, tuple[float, float]] | None:
+        """SUM / AVG of an expression of bounded columns (``CASE WHEN c.seg = 'A' THEN 1.0 ELSE 0.0 END``, ``l.price *
+        2``): its bounds by interval arithmetic (``dpsql.plan.intervals``), as on one table; the value is clamped to
+        them in SQL as a declared column's is. An AVG's count is COUNT(*) (``base_aggregates``), so its expression
+        must never be NULL (AVG skips NULL values, which the join mechanisms do not count apart)."""
+        fix = f"write {fn}(LEAST(GREATEST(expr, lo), hi))"
+        before = len(self.vs)
+        value = self.flatten(arg, fn)
+        if len(self.vs) != before:
+            return None
+
+        def bounds(name: str) -> tuple[float, float] | None:
+            alias, _, col = name.partition(SEP)
+            t = next((i.table for i in self.inputs if i.alias == alias), None)
+            kind = parse_type(t.schema.get(col, "")) if t is not None else None
+            return t.value_bounds(col) if t is not None and kind is not None and (kind.numeric or kind.kind == "bool") else None
+
+        try:
+            lo_hi = interval(value, bounds)
+        except NoInterval as e:
+            why = (f"column '{as_written(e.node).sql(dialect='duckdb')}' has no declared bounds"
+                   if isinstance(e.node, exp.Column) else e.message)
+            self.bad(node, f"{fn} over an expression needs bounds: {why}; {fix} with literal bounds, or declare the "
+                           "columns' bounds")
+            return None
+        if fn == "AVG" and not _never_null(value):
+            self.bad(node, "AVG over an expression that may be NULL is not supported over joins (AVG skips NULL values, "
+                           f"and the join mechanisms count every tuple); {fix}, which is never NULL"
+                           + (", or give the CASE an ELSE" if isinstance(arg, (exp.Case, exp.If)) else ""))
+            return None
+        try:
+            typed = type_checked(value, dict(self.flat_schema))
+        except TypeRefusal as e:
+            for n, m in e.problems:
+                self.bad(node if n is None else n, f"{fn}: {m}")
+            return None
+        if not (typed.type.numeric or typed.type.kind == "bool"):
+            self.bad(node, f"{fn} needs a numeric value, got {typed.type}")
+            return None
+        if self._too_large(node, fn, lo_hi):
+            return None
+        return ir.SUM, value, lo_hi
 
     def _too_large(self, node: exp.Expression, fn: str, bounds: tuple[float, float]) -> bool:
         """Bounds beyond ``MAX_BOUND`` in magnitude, refused as on one table: the join mechanisms scale their
@@ -692,7 +734,7 @@ class _JoinBuilder:
         stmt, sql = self.stmt, self.sql
         shape = stmt.copy()
         shape.set("joins", None)
-        self.vs.extend(check_statement_shape(shape, sql))
+        self.vs.extend(check_statement_shape(shape, sql, windows=True))
         from_ = stmt.args.get("from_") or stmt.args.get("from")
         if from_ is None:
             self.bad(stmt, "the query has no FROM clause")
@@ -730,9 +772,10 @@ class _JoinBuilder:
             # each condition named by the clause it was written in: WHERE, or an inner join's ON (read as WHERE's)
             parts = list(where.this.flatten()) if isinstance(where.this, exp.And) else [where.this]
             for part in parts:
-                self.vs.extend(check_expression_functions(part, sql, clause_of(part)))
+                self.vs.extend(check_expression_functions(part, sql, clause_of(part), windows=True))
             for a in where.this.find_all(exp.AggFunc):
-                self.bad(a, f"aggregates are not allowed in {clause_of(a)}")
+                if not (isinstance(a.parent, exp.Window) and a.arg_key == "this"):  # a window: refused above
+                    self.bad(a, f"aggregates are not allowed in {clause_of(a)}")
             flats = [(part, self.flatten(part, clause_of(part))) for part in parts]
             if len(self.vs) == before and not self.failed:
                 for part, flat_part in flats:  # each AND-ed condition is a boolean of its own
@@ -743,7 +786,7 @@ class _JoinBuilder:
                             self.bad(part if n is None else n, f"{clause_of(part)}: {m}")
             where_flat = exp.and_(*(flat_part for _, flat_part in flats), copy=False)
         if stmt.args.get("having") is not None:  # over released values: the allow-list of post-processing
-            self.vs.extend(check_expression_functions(stmt.args["having"].this, sql, "HAVING"))
+            self.vs.extend(check_expression_functions(stmt.args["having"].this, sql, "HAVING", windows=True))
         from dpsql.plan.join_groups import group_keys, key_outputs
 
         pv: list[Violation] = []
@@ -763,16 +806,23 @@ class _JoinBuilder:
                 "aggregate FILTER clauses are not supported over joins other than lookup joins (one private table "
                 "joined to public tables on their declared keys); move the condition into WHERE (a separate query if "
                 "the other aggregates must not have it)")))
-        agg_nodes = [a for it in stmt.expressions for a in it.find_all(exp.AggFunc) if not a.find_ancestor(exp.Window)]
+        # a window over the released rows (dpsql.plan.windows) is no aggregate; the aggregates it reads are released
+        # as the outputs' are (SUM(SUM(x)) OVER (), RANK() OVER (ORDER BY COUNT(*))), also one only a window names
+        windowed = [w.this for c in [*stmt.expressions, *([stmt.args["qualify"]] if stmt.args.get("qualify") else [])]
+                    for w in c.find_all(exp.Window)]
+        agg_nodes = [a for c in [*stmt.expressions, *([stmt.args["qualify"]] if stmt.args.get("qualify") else [])]
+                     for a in c.find_all(exp.AggFunc) if not any(a is w for w in windowed)]
         if stmt.args.get("order") is not None:  # over released values: the allow-list of post-processing, as on one table
             for o in stmt.args["order"].expressions:
-                self.vs.extend(check_expression_functions(o, sql, "ORDER BY"))
+                self.vs.extend(check_expression_functions(o, sql, "ORDER BY", windows=True))
+        if stmt.args.get("qualify") is not None:
+            self.vs.extend(check_expression_functions(stmt.args["qualify"].this, sql, "QUALIFY", windows=True))
         for pos, it in enumerate(stmt.expressions):
-            self.vs.extend(check_expression_functions(it, sql, "SELECT"))
+            self.vs.extend(check_expression_functions(it, sql, "SELECT", windows=True))
             if isinstance(it, exp.Star) or (isinstance(it, exp.Column) and isinstance(it.this, exp.Star)):
                 self.bad(it, "SELECT * releases raw rows and is not allowed; select COUNT(*) or SUM(...)")
             elif not any(True for _ in it.find_all(exp.AggFunc)):
-                if stmt.args.get("group") is None:
+                if stmt.args.get("group") is None and any(True for _ in it.find_all(exp.Column)):
                     self.bad(it, "over joins every output must be an aggregate (COUNT, SUM or AVG)")
                 else:
                     self.item_at = pos
@@ -841,8 +891,8 @@ class _JoinBuilder:
                 name, n = f"{base}_{n}", n + 1
             used.add(name.lower())
             self.item_at = pos  # (key_outputs flattens what is outside the aggregates only)
-            post = key_outputs(inner, self.keys, lambda x: self.flatten(x, "SELECT"), swap,
-                               lambda x: self.quiet_flatten(x, "SELECT"))
+            post = _over_windows(inner, lambda x: key_outputs(x, self.keys, lambda y: self.flatten(y, "SELECT"), swap,
+                                                              lambda y: self.quiet_flatten(y, "SELECT")))
             self.item_at = None
             for c in post.find_all(exp.Column):
                 if not self.known(c):
@@ -861,6 +911,8 @@ class _JoinBuilder:
         having_node = stmt.args["having"].this if stmt.args.get("having") is not None else None
         for clause, node in [*(("ORDER BY", o) for o in order), *([("HAVING", having_node)] if having_node else [])]:
             for a in node.find_all(exp.AggFunc):
+                if isinstance(a.parent, exp.Window) and a.arg_key == "this":
+                    continue  # a window's function (RANK(), SUM(...) OVER): over the released rows
                 if a.sql(dialect="duckdb").lower() not in swap:
                     self.bad(a, f"{clause} {quoted(a)}: over joins an aggregate is released only when the "
                                 f"SELECT list asks for it (hint: select it too, or name an output's alias in {clause})")
@@ -874,6 +926,9 @@ class _JoinBuilder:
         for o in order:  # ORDER BY a key or an aggregate: over the released values (output names stay as they are)
             if not (isinstance(o.this, exp.Column) and not o.this.table and o.this.name.lower() in names):
                 o.set("this", self.released_expr(o.this, "ORDER BY", swap, by_alias))
+        qualify = None
+        if stmt.args.get("qualify") is not None:
+            qualify = self.released_expr(stmt.args["qualify"].this, "QUALIFY", swap, by_alias)
         having = self.key_only_where(where_flat)
         if having_node is not None:
             post_having = self.released_expr(having_node, "HAVING", swap, by_alias)
@@ -882,7 +937,7 @@ class _JoinBuilder:
         _raise(self.vs)
         keys = [ir.GroupKey(k.written if k.written is not None else k.expr, k.name, k.sql, k.domain) for k in self.keys]
         return ir.QueryPlan(sql=sql, table=first, where=None, keys=keys, aggregates=aggregates, outputs=outputs,
-                            having=having, order=order, limit=lim, offset=off, join=join_plan)
+                            having=having, order=order, limit=lim, offset=off, join=join_plan, qualify=qualify)
 
     def one_table_only(self, stmt: exp.Select, where_flat: exp.Expression | None,
                        conditions: list[tuple[str, str]]) -> ir.QueryPlan:
@@ -923,8 +978,8 @@ class _JoinBuilder:
                 return exp.Anonymous(this=name, expressions=[])
             return x
 
-        post = key_outputs(node.copy().transform(mark), self.keys, lambda x: self.flatten(x, clause), swap,
-                           lambda x: self.quiet_flatten(x, clause))
+        post = _over_windows(node.copy().transform(mark), lambda x: key_outputs(
+            x, self.keys, lambda y: self.flatten(y, clause), swap, lambda y: self.quiet_flatten(y, clause)))
         post = post.transform(lambda x: marks[str(x.this)].copy()
                               if isinstance(x, exp.Anonymous) and str(x.this) in marks else x)
         for c in post.find_all(exp.Column):
@@ -1402,3 +1457,50 @@ def _spelled(stmt: exp.Select, columns: set[str]) -> exp.Select:
 def analyze_join(sql: str, stmt: exp.Select, catalog: Mapping[str, TableSpec]) -> ir.QueryPlan:
     """The plan of a join query (or of a single table with several paths to people)."""
     return _JoinBuilder(sql, stmt, catalog).build()
+
+
+def _never_null(node: exp.Expression) -> bool:
+    """A value SQL never makes NULL on any row: a numeric or boolean literal, a CASE / IF whose every result (its ELSE
+    included) is one, a COALESCE with one such argument, or + - * and unary minus of such values."""
+    while isinstance(node, exp.Paren):
+        node = node.this
+    if never_null_literal(node) and not (isinstance(node, exp.Literal) and node.is_string):
+        return True
+    if isinstance(node, exp.Case):
+        return (node.args.get("default") is not None and _never_null(node.args["default"])
+                and all(_never_null(i.args["true"]) for i in node.args.get("ifs") or []))
+    if isinstance(node, exp.If):
+        return node.args.get("false") is not None and _never_null(node.args["true"]) and _never_null(node.args["false"])
+    if isinstance(node, exp.Coalesce):
+        return any(_never_null(a) for a in [node.this, *node.expressions])
+    if isinstance(node, exp.Neg):
+        return _never_null(node.this)
+    if isinstance(node, (exp.Add, exp.Sub, exp.Mul)):
+        return _never_null(node.this) and _never_null(node.expression)
+    return False
+
+
+def _over_windows(node: exp.Expression, post: Callable[[exp.Expression], exp.Expression]) -> exp.Expression:
+    """``post`` (aggregates and keys -> the released columns) applied to ``node`` and to the inputs of each window in
+    it (``dpsql.plan.windows.inputs``: arguments, PARTITION BY, ORDER BY), never to a window's own function (RANK(), the
+    outer SUM of SUM(SUM(x)) OVER ()), which runs over the released rows as on one table."""
+    from dpsql.plan import windows
+
+    found: list[exp.Window] = []
+
+    def lift(x: exp.Expression) -> exp.Expression:
+        if isinstance(x, exp.Window):
+            found.append(x.copy())
+            return exp.Var(this=f"__dpsql_window_{len(found) - 1}")
+        return x
+
+    outer = post(node.copy().transform(lift))
+    done: list[exp.Expression] = []
+    for w in found:
+        for part in windows.inputs(w):
+            new = post(part)
+            if new is not part:
+                part.replace(new)
+        done.append(w)
+    return outer.transform(lambda x: done[int(x.name.rsplit("_", 1)[1])].copy()
+                           if isinstance(x, exp.Var) and x.name.startswith("__dpsql_window_") else x)

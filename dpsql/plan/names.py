@@ -97,6 +97,17 @@ def _size(node: exp.Expression) -> int:
     return n
 
 
+def _in_aggregate(c: exp.Expression) -> bool:
+    """``c`` is inside an aggregate's argument: not only inside a window's function (``LAG(k) OVER (...)``, ``SUM(k)
+    OVER ()``), which reads the released rows, where an alias names an output."""
+    p = c.parent
+    while p is not None:
+        if isinstance(p, exp.AggFunc) and not (isinstance(p.parent, exp.Window) and p.arg_key == "this"):
+            return True
+        p = p.parent
+    return False
+
+
 def spell_aliases(node: exp.Expression, by_alias: Mapping[str, exp.Expression], *,
                   in_aggregates: bool = True) -> exp.Expression:
     """A copy of ``node`` with each unqualified column named in ``by_alias`` (select-list aliases) replaced
@@ -109,7 +120,7 @@ def spell_aliases(node: exp.Expression, by_alias: Mapping[str, exp.Expression], 
     for c in list(out.find_all(exp.Column)):
         if c.table or c.name.lower() not in by_alias:
             continue
-        if not in_aggregates and c.find_ancestor(exp.AggFunc) is not None:
+        if not in_aggregates and _in_aggregate(c):
             continue
         aliased = by_alias[c.name.lower()]
         total += sizes.setdefault(c.name.lower(), _size(aliased))

@@ -456,6 +456,25 @@ class _Parser(_DUCKDB.parser_class):  # type: ignore[misc,name-defined]
         return ordered
 
 
+def _literal_list(node: exp.Expression, quantifier: str) -> list[exp.Expression] | None:
+    """The items of ``ANY([...])`` / ``ALL([...])`` (``quantifier``) when ``node`` is one over a list of literals
+    (NULL included), else None."""
+    if quantifier == "ANY" and isinstance(node, exp.Any):
+        arr = node.this
+    elif isinstance(node, exp.Anonymous) and str(node.this).upper() == quantifier and len(node.expressions) == 1:
+        arr = node.expressions[0]
+    else:
+        return None
+    while isinstance(arr, exp.Paren):
+        arr = arr.this
+    if not isinstance(arr, exp.Array) or not arr.expressions:
+        return None
+    plain = (exp.Literal, exp.Boolean, exp.Null)
+    if not all(isinstance(i.this if isinstance(i, exp.Neg) else i, plain) for i in arr.expressions):
+        return None
+    return [i.copy() for i in arr.expressions]
+
+
 def parse_duckdb(text: str) -> list[exp.Expression | None]:
     """``sqlglot.parse(text, read="duckdb")``, with a quoted ``"all"`` in ORDER BY read as a column (see _Parser)."""
     return _Parser(dialect=_DUCKDB).parse(_DUCKDB.tokenize(text), text)
@@ -554,6 +573,11 @@ def parse_statements(sql: str) -> list[exp.Expression]:
             kind = AGG_SPELLINGS.get(str(node.this).lower())
             if kind is not None and len(node.expressions) == 1:
                 node.replace(kind(this=node.expressions[0]))
+        for cmp in list(stmt.find_all(exp.EQ, exp.NEQ)):  # x = ANY([...]) is x IN (...), x <> ALL([...]) x NOT IN (...)
+            items = _literal_list(cmp.expression, "ANY" if isinstance(cmp, exp.EQ) else "ALL")
+            if items is not None:
+                member = exp.In(this=cmp.this, expressions=items)
+                cmp.replace(member if isinstance(cmp, exp.EQ) else exp.Not(this=exp.Paren(this=member)))
         for add in list(stmt.find_all(exp.DateAdd)):  # date_add(d, INTERVAL ...) is d + INTERVAL ... (as DuckDB's)
             if isinstance(add.expression, exp.Interval) and add.args.get("unit") is None:
                 add.replace(exp.Add(this=add.this, expression=add.expression))

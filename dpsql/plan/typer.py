@@ -67,7 +67,7 @@ import decimal
 import math
 import re
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -617,6 +617,9 @@ class Typer:
         self.schema = {k.lower(): parse_type(v) for k, v in schema.items()}
         self.likes = 0
         self.searches = 0
+        #: operands of + / - typed by :meth:`_date_days` and found no DATE, by id: :meth:`_numeric` takes them
+        #: instead of typing them again (twice per level made a chain x + 1 + 1 + ... exponential in its length)
+        self._operands: dict[int, Typed] = {}
 
     # ---- entry points ------------------------------------------------------------------------
     def run(self, node: exp.Expression) -> Typed:
@@ -1097,10 +1100,11 @@ class Typer:
                 handler = _ANON.get(str(node.this).lower())
             if handler is not None:
                 return handler(self, node)
+            fix = _OFF_LIST_FIXES.get(self._fname(node), _OFF_LIST_FIXES.get(type(node)))
             raise self.refuse(
                 node,
                 f"function {self._fname(node)}() is not on the allow-list of functions with a total, bounded-cost "
-                "evaluation (see docs/expressions.md)",
+                "evaluation (see docs/expressions.md)" + (f"; {fix}" if fix else ""),
             )
         raise self.refuse(node, f"the expression {type(node).__name__.upper()} is not on the allow-list (see docs/expressions.md)")
 
@@ -1142,7 +1146,7 @@ class Typer:
         return Typed(out, BOOLEAN)
 
     def _numeric(self, node: exp.Expression, parent: exp.Expression) -> Typed:
-        r = self.t(node)
+        r = self._operands.pop(id(node), None) or self.t(node)
         if r.type.kind == "null":
             return Typed(_cast(exp.Null(), DOUBLE, try_=False), DOUBLE)
         if not r.type.numeric:
@@ -1225,6 +1229,9 @@ class Typer:
             isinstance(node.expression, exp.Interval) or (isinstance(node, exp.Add) and isinstance(node.this, exp.Interval))
         ):
             return self._shift_literal(node)
+        days = self._date_days(node)
+        if days is not None:
+            return days
         a, b = self._numeric(node.this, node), self._numeric(node.expression, node)
         cls = type(node)
         nulls = [isinstance(n, exp.Null) for n in (node.this, node.expression)]
@@ -1262,6 +1269,34 @@ class Typer:
             # HUGEINT: computed in DOUBLE (total)
             typ = DOUBLE
         return Typed(cls(this=self.coerce(a, typ, node), expression=self.coerce(b, typ, node)), typ)
+
+    def _date_days(self, node: exp.Expression) -> Typed | None:
+        """``DATE +/- n`` (and ``n + DATE``) for an integer literal n: DuckDB's DATE n days later (earlier), i.e. the
+        shift by ``INTERVAL n DAY`` cast back to DATE: a literal folded here, a row's value NULL unless it and its
+        shift lie in years 1..9999 (:meth:`_shift_value`). None for anything else (refused as arithmetic)."""
+        if not isinstance(node, (exp.Add, exp.Sub)):
+            return None
+        pairs = [(node.this, node.expression)] + ([(node.expression, node.this)] if isinstance(node, exp.Add) else [])
+        for d_node, n_node in pairs:
+            k = n_node.this if isinstance(n_node, exp.Neg) else n_node
+            if not (isinstance(k, exp.Literal) and not k.is_string and str(k.this).isdigit()):
+                continue
+            n = int(str(k.this)) * (-1 if isinstance(n_node, exp.Neg) else 1) * (-1 if isinstance(node, exp.Sub) else 1)
+            if abs(n) > 3_700_000:  # (more days than years 1..9999 hold: no date, as DuckDB's own range)
+                raise self.refuse(node, "the shift by a number of days is outside years 1..9999")
+            r = self._operands.pop(id(d_node), None) or self.t(d_node)
+            if r.type.kind != "date":
+                self._operands[id(d_node)] = r
+                return None
+            if r.literal and r.value is not None:
+                try:
+                    v = r.value + dt.timedelta(days=n)
+                except OverflowError:
+                    raise self.refuse(node, "the shifted date is outside years 1..9999") from None
+                return Typed(typed_literal(v, DATE), DATE, True, v)
+            shifted = self._shift_value(r, 0, dt.timedelta(days=n), node)
+            return Typed(_cast(shifted.expr, DATE, try_=False), DATE)
+        return None
 
     def _shift_literal(self, node: exp.Expression) -> Typed:
         """``DATE/TIMESTAMP literal +/- INTERVAL n unit`` (or ``INTERVAL ... + literal``), folded here into
@@ -1883,6 +1918,14 @@ def _date_part(ty: Typer, node: exp.Expression) -> Typed:
     return Typed(_tag(exp.Anonymous(this="date_part", expressions=[exp.Literal.string(unit), arg]), kind), rt)
 
 
+def _epoch(ty: Typer, node: exp.Expression) -> Typed:
+    """DuckDB's ``epoch(x)`` (sqlglot's TimeToUnix): ``date_part('epoch', x)``, the DOUBLE of seconds since 1970."""
+    if any(v is not None for k, v in node.args.items() if k != "this"):
+        raise ty.refuse(node, "epoch() takes one DATE or TIMESTAMP")
+    arg, kind = _temporal_arg(ty, node, node.this)
+    return Typed(_tag(exp.Anonymous(this="date_part", expressions=[exp.Literal.string("epoch"), arg]), kind), DOUBLE)
+
+
 def _date_fn(ty: Typer, node: exp.Expression) -> Typed:
     extra = [k for k, v in node.args.items() if v is not None and k != "this"]
     if extra:
@@ -2036,6 +2079,7 @@ _FUNCS: dict[type[exp.Expression], Callable[[Typer, exp.Expression], Typed]] = {
     exp.DayOfMonth: _part_fn("day"),
     exp.WeekOfYear: _part_fn("week"),
     exp.DayOfWeekIso: _part_fn("isodow"),
+    exp.TimeToUnix: _epoch,
     exp.TimeToStr: _strftime,
     exp.StrToTime: _strptime,
 }
@@ -2193,7 +2237,7 @@ ALIASES: dict[str, str] = {
     "ceiling": "ceil", "char_length": "length", "character_length": "length", "len": "length",
     "lcase": "lower", "ucase": "upper", "datepart": "date_part", "datetrunc": "date_trunc", "mod": "%",
     "position": "strpos", "prefix": "starts_with", "suffix": "ends_with",
-    "dayofmonth": "day", "weekday": "dayofweek", "weekofyear": "week",
+    "dayofmonth": "day", "weekday": "dayofweek", "weekofyear": "week", "epoch": "date_part('epoch', ...)",
 }
 
 #: node types behind POST_ALLOW_LIST (besides the aggregates COUNT/SUM/AVG)
@@ -2211,7 +2255,8 @@ _SQL_SPELLING = {
     "time_to_str": "strftime", "str_to_time": "strptime", "day_of_week": "dayofweek", "day_of_year": "dayofyear",
     "day_of_month": "dayofmonth", "week_of_year": "weekofyear", "dayofweek_iso": "isodow",
     "timestamp_trunc": "date_trunc", "str_position": "strpos", "date_from_parts": "make_date",
-    "is_nan": "isnan", "is_inf": "isinf", "dpipe": "concat",
+    "is_nan": "isnan", "is_inf": "isinf", "dpipe": "concat", "time_to_unix": "epoch",
+    "timestamp_from_parts": "make_timestamp", "date_bin": "time_bucket",
 }
 
 
@@ -2240,8 +2285,12 @@ def node_problem(sub: exp.Expression, *, post: bool = False) -> str | None:
     if isinstance(sub, (exp.Cast, exp.TryCast)) and isinstance(sub.args.get("to"), exp.DataType):
         target = parse_type(sub.args["to"].sql(dialect="duckdb"))
         if target.kind not in Typer._CAST_TARGETS or target.enum:
+            time = (" (for a time of day, compare hour(ts), minute(ts) or second(ts): CAST(ts AS TIME) < TIME "
+                    "'06:00:00' is hour(ts) < 6)") if sub.args["to"].is_type("time", "timetz") else (
+                " (a TIMESTAMP column is compared with TIMESTAMP '2024-06-01 00:00:00', the time in UTC)"
+                if sub.args["to"].is_type("timestamptz") else "")
             return (f"CAST to {sub.args['to'].sql(dialect='duckdb')} is not supported (not on the allow-list); cast to "
-                    f"BOOLEAN, an integer type, DECIMAL(p,s), DOUBLE, VARCHAR, DATE or TIMESTAMP ({_DOCS})")
+                    f"BOOLEAN, an integer type, DECIMAL(p,s), DOUBLE, VARCHAR, DATE or TIMESTAMP ({_DOCS}){time}")
         if post and target.name in _UNEXPORTABLE_KEYS:  # an output: exported to Arrow as DECIMAL(38, 0)
             return (f"CAST to {target} over released values is not supported: its values beyond 2^127 cannot be "
                     "released as numbers (they would wrap to negative numbers); cast to HUGEINT, DOUBLE or VARCHAR")
@@ -2292,8 +2341,11 @@ _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
 _CLOCK_FIX = "a release must not depend on when it ran: write the date as a literal (DATE '2024-12-31')"
 _SHIFT_FIX = "shift by an INTERVAL: d + INTERVAL 3 DAY (or date_add(d, INTERVAL 3 DAY)), d - INTERVAL 3 DAY"
 _PATTERN_FIX = "match text with LIKE / ILIKE ('%' and '_'), starts_with, ends_with or contains"
-_EPOCH_FIX = ("write date_part('epoch', ts) (answered), or compare the timestamp itself with a literal: "
-              "epoch(ts) > 1717200000 is ts > TIMESTAMP '2024-06-01 00:00:00'")
+_EPOCH_FIX = ("write date_part('epoch', ts) (seconds as a DOUBLE, answered: epoch_ms(ts) > 1717200000000 is "
+              "date_part('epoch', ts) > 1717200000), or compare the timestamp itself with a literal "
+              "(ts > TIMESTAMP '2024-06-01 00:00:00')")
+_LIST_FIX = "lists are not answered: test membership with IN (x IN ('a', 'b'))"
+_SPLIT_FIX = "lists are not answered: split_part(s, '/', 2) is the second part of s split at '/'"
 _FORMAT_FIX = "format a date or timestamp with DuckDB's strftime(d, '%Y-%m') (or group by date_trunc('month', d))"
 #: the fix for common functions and operators that are not on the allow-list (by name or node type)
 _OFF_LIST_FIXES: dict[str | type[exp.Expression], str] = {
@@ -2302,7 +2354,24 @@ _OFF_LIST_FIXES: dict[str | type[exp.Expression], str] = {
     "datediff": ("compare the column with a shifted literal instead: date_diff('day', d, DATE '2024-12-31') < 30 is "
                  "d > DATE '2024-12-31' - INTERVAL 30 DAY"),
     "date_add": _SHIFT_FIX, "date_sub": _SHIFT_FIX,
-    "epoch": _EPOCH_FIX, "time_to_unix": _EPOCH_FIX,  # (sqlglot's name of epoch)
+    "epoch_ms": _EPOCH_FIX, "epoch_us": _EPOCH_FIX, "epoch_ns": _EPOCH_FIX, exp.UnixToTime: _EPOCH_FIX,
+    "strlen": "write length(s), which counts characters (strlen counts bytes)",
+    "octet_length": "write length(s), which counts characters (octet_length counts bytes)",
+    "make_timestamp": ("write the timestamp as a literal: make_timestamp(2024, 3, 1, 0, 0, 0) is "
+                       "TIMESTAMP '2024-03-01 00:00:00' (make_date(y, m, d) of integers is answered)"),
+    "time_bucket": ("group by date_trunc('week', ts) (or 'day', 'month', 'hour', ...): time_bucket(INTERVAL '1 week', "
+                    "ts) is date_trunc('week', ts), weeks starting on Monday"),
+    "regexp_extract": _PATTERN_FIX, "regexp_replace": ("replace(s, 'abc', 'x') replaces a literal text; "
+                                                       + _PATTERN_FIX + " to test a pattern"),
+    "regexp_split_to_array": _SPLIT_FIX, "split": _SPLIT_FIX, "str_split": _SPLIT_FIX, "string_split": _SPLIT_FIX,
+    exp.Bracket: ("substring(s, 1, 2) is s[1:2], and split_part(s, '/', 2) the second part of s split at '/' (lists "
+                  "are not answered)"), exp.Slice: "substring(s, 1, 2) is s[1:2]",
+    "width_bucket": "bucket with arithmetic: floor((x - lo) / width) (or a CASE of ranges)",
+    "to_date": "parse text with strptime(s, '%Y-%m-%d') (NULL where it does not parse) or CAST(s AS DATE)",
+    "array_contains": _LIST_FIX, "list_contains": _LIST_FIX, "list_has": _LIST_FIX, "array_has": _LIST_FIX,
+    "array": _LIST_FIX, exp.Array: _LIST_FIX,
+    exp.Tuple: ("compare each column on its own, under AND: (a, b) = ('x', 1) is a = 'x' AND b = 1, and "
+                "(a, b) IN (('x', 1), ('y', 2)) is (a = 'x' AND b = 1) OR (a = 'y' AND b = 2)"),
     "age": _CLOCK_FIX + ", and compare the column with it shifted: age(ts) > INTERVAL 30 DAY is "
                         "ts < TIMESTAMP '2024-12-31' - INTERVAL 30 DAY",
     "last_day": "group by the month's first day, date_trunc('month', d), or by year(d) and month(d)",
@@ -2315,11 +2384,26 @@ _OFF_LIST_FIXES: dict[str | type[exp.Expression], str] = {
 def allow_list_problems(node: exp.Expression, *, post: bool = False) -> list[tuple[exp.Expression, str]]:
     """Every construct in ``node`` that is not on the allow-list (all of them, for one report)."""
     out: list[tuple[exp.Expression, str]] = []
+    refused: set[int] = set()
     for sub in node.walk(bfs=False):  # depth first: left to right in the SQL text
+        if isinstance(sub, CALL_PARTS) and any(id(a) in refused for a in ancestors(sub)):
+            continue  # a part of a refused call (its INTERVAL, slice or JSON path): no problem of its own
         msg = node_problem(sub, post=post)
         if msg is not None:
             out.append((sub, msg))
+            refused.add(id(sub))
     return out
+
+
+#: nodes that are parts of a call, never a value of their own: reported with the call when it is refused
+CALL_PARTS: tuple[type[exp.Expression], ...] = (exp.Interval, exp.Slice, exp.JSONPath, exp.JSONPathPart, exp.Array)
+
+
+def ancestors(node: exp.Expression) -> Iterator[exp.Expression]:
+    p = node.parent
+    while p is not None:
+        yield p
+        p = p.parent
 
 
 def _depth(node: exp.Expression) -> int:
