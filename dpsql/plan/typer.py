@@ -619,7 +619,9 @@ class Typer:
         self.searches = 0
         #: operands of + / - typed by :meth:`_date_days` and found no DATE, by id: :meth:`_numeric` takes them
         #: instead of typing them again (twice per level made a chain x + 1 + 1 + ... exponential in its length)
-        self._operands: dict[int, Typed] = {}
+        #: an operand of + or - typed once by :meth:`_date_days` (not a DATE) and taken by :meth:`_numeric`: by id, with
+        #: the node itself (an id is compared only while its node lives)
+        self._operands: dict[int, tuple[exp.Expression, Typed]] = {}
 
     # ---- entry points ------------------------------------------------------------------------
     def run(self, node: exp.Expression) -> Typed:
@@ -1146,7 +1148,7 @@ class Typer:
         return Typed(out, BOOLEAN)
 
     def _numeric(self, node: exp.Expression, parent: exp.Expression) -> Typed:
-        r = self._operands.pop(id(node), None) or self.t(node)
+        r = self._operand(node)
         if r.type.kind == "null":
             return Typed(_cast(exp.Null(), DOUBLE, try_=False), DOUBLE)
         if not r.type.numeric:
@@ -1270,6 +1272,11 @@ class Typer:
             typ = DOUBLE
         return Typed(cls(this=self.coerce(a, typ, node), expression=self.coerce(b, typ, node)), typ)
 
+    def _operand(self, node: exp.Expression) -> Typed:
+        """``node`` typed: taken from :attr:`_operands` when :meth:`_date_days` typed this very node already."""
+        kept = self._operands.pop(id(node), None)
+        return kept[1] if kept is not None and kept[0] is node else self.t(node)
+
     def _date_days(self, node: exp.Expression) -> Typed | None:
         """``DATE +/- n`` (and ``n + DATE``) for an integer literal n: DuckDB's DATE n days later (earlier), i.e. the
         shift by ``INTERVAL n DAY`` cast back to DATE: a literal folded here, a row's value NULL unless it and its
@@ -1282,12 +1289,12 @@ class Typer:
             if not (isinstance(k, exp.Literal) and not k.is_string and str(k.this).isdigit()):
                 continue
             n = int(str(k.this)) * (-1 if isinstance(n_node, exp.Neg) else 1) * (-1 if isinstance(node, exp.Sub) else 1)
-            if abs(n) > 3_700_000:  # (more days than years 1..9999 hold: no date, as DuckDB's own range)
-                raise self.refuse(node, "the shift by a number of days is outside years 1..9999")
-            r = self._operands.pop(id(d_node), None) or self.t(d_node)
+            r = self._operand(d_node)
             if r.type.kind != "date":
-                self._operands[id(d_node)] = r
+                self._operands[id(d_node)] = (d_node, r)
                 return None
+            if abs(n) > 3_700_000:  # (more days than years 1..9999 hold: no date in dpsql's date range)
+                raise self.refuse(node, "the shift by a number of days is outside years 1..9999")
             if r.literal and r.value is not None:
                 try:
                     v = r.value + dt.timedelta(days=n)
