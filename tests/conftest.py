@@ -269,6 +269,9 @@ EXTENDED = {
         "the same draw over two columns ([two-columns])",
     "test_adversary_round40c.py::test_one_persons_texts_of_one_arrow_hash_are_answered_alike_on_neighbours[False]":
         "the same neighbours with the other setting ([True])",
+    "test_spark_join_group_expressions.py::test_a_counted_out_day_range_is_the_same_on_both_engines":
+        "the same file's zero-noise releases of derived keys on both engines, and the counted-out ranges on DuckDB "
+        "(test_adversary_join_group_expressions.py)",
     "test_ledger_postgres_interrupts.py::test_ctrl_c_at_any_point_of_an_operation_leaves_the_ledger_whole[":
         "(all but [commit]) the commit's sweep, and every operation's on the DuckDB ledger (test_interrupts.py)",
 }
