@@ -256,3 +256,47 @@ def test_under_a_left_join_an_expression_key_is_a_one_table_key() -> None:
     r = s.query(inner + " ORDER BY r", epsilon=1.0, delta=1e-5)
     assert r.mechanism == "clipped_gaussian" and r.to_pylist() == _duckdb(inner + " ORDER BY r")
     s.close()
+
+
+def _clipped(s: Any, sql: str) -> dict[Any, float]:
+    """Per key of the public key set, the exact clipped total of the bounded rows (before noise and rounding)."""
+    from fractions import Fraction
+
+    from dpsql.mechanisms.s4s_vector import clipped_totals
+    from dpsql.rewrite.joins import parts_of
+
+    r = s._route(sql, 4.0, 1e-7, {"clip_norm": 2.0})
+    rows = s._engine.fetch_arrow(r.mechanism.bounded(r.calibration, "salt", s._engine.ops)).sort_by("__gid")
+    totals = clipped_totals(rows, r.calibration.clip, parts_of(r.calibration.jp))
+    return {k: float(Fraction(n) * Fraction(2) ** -e) for k, (n, e) in zip(rows.column("__k0").to_pylist(), totals)}
+
+
+def test_removing_one_person_moves_a_derived_keys_vector_by_at_most_the_clip_norm(data: dict[str, pa.Table]) -> None:
+    """A CASE key over a private column, clip norm 2 (below most people's totals, so it binds): for each of 15
+    customers, the L2 distance between the clipped vectors with and without that customer is at most 2, and the key
+    set is the same. Negative control: the unclipped vectors (clip norm Delta = 12) move by more than 2 for some."""
+    import math
+
+    sql = (f"SELECT CASE WHEN l.l_price > 50 THEN 'hi' WHEN l.l_price > 20 THEN 'mid' END AS b, COUNT(*) {COL} "
+           "GROUP BY b")
+    full = session(data)
+    base = _clipped(full, sql)
+    full.close()
+    moved_unclipped = 0.0
+    for cust in range(15):
+        keep = [o for o, c in zip(data["orders"].column("o_orderkey").to_pylist(),
+                                  data["orders"].column("o_custkey").to_pylist(), strict=True) if c != cust]
+        orders = data["orders"].filter(pa.compute.is_in(data["orders"].column("o_orderkey"), pa.array(keep)))
+        lines = data["lineitem"].filter(pa.compute.is_in(data["lineitem"].column("l_orderkey"), pa.array(keep)))
+        customers = data["customer"].filter(pa.compute.not_equal(data["customer"].column("c_custkey"), cust))
+        s = session({**data, "orders": orders, "lineitem": lines, "customer": customers})
+        near = _clipped(s, sql)
+        assert set(near) == set(base) == {"hi", "mid", None}
+        assert math.sqrt(sum((base[k] - near[k]) ** 2 for k in base)) <= 2.0 * (1 + 2**-30)
+        con = duckdb.connect()
+        for k, v in {**data, "orders": orders, "lineitem": lines, "customer": customers}.items():
+            con.register(k, v)
+        a, b = truth(data, sql), dict(con.execute(sql).fetchall())
+        moved_unclipped = max(moved_unclipped, math.sqrt(sum((a.get(k, 0) - b.get(k, 0)) ** 2 for k in set(a) | set(b))))
+        s.close()
+    assert moved_unclipped > 2.0  # the control: without the clipping one person moves the counts by more
