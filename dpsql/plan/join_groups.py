@@ -59,10 +59,6 @@ from dpsql.plan.joins import SEP
 from dpsql.plan.parse import quoted, stands_for
 from dpsql.plan.typer import _INT_RANGES, TEMPORAL_ARG, TypeRefusal, parse_type, type_domain, type_key
 
-#: integer types whose declared bounds list a derived key's public values
-_INTEGRAL = {"TINYINT", "SMALLINT", "INTEGER", "INT", "INT2", "INT4", "INT8", "BIGINT", "HUGEINT", "UTINYINT",
-             "USMALLINT", "UINTEGER", "UBIGINT", "UHUGEINT"}
-
 #: the most key combinations a grouped join releases (one noisy value each)
 MAX_GROUPS = 100_000
 
@@ -80,14 +76,8 @@ def _year_arg(node: exp.Expression) -> exp.Expression | None:
 
 
 def _year_of(v: Any) -> int | None:
-    if isinstance(v, (datetime.date, datetime.datetime)):
-        return v.year
-    if isinstance(v, str):
-        try:
-            return datetime.date.fromisoformat(v[:10]).year
-        except ValueError:
-            return None
-    return None
+    d = v if isinstance(v, datetime.date) else _day_of(v)
+    return None if d is None else d.year
 
 
 def group_keys(
@@ -230,11 +220,7 @@ def _by_date_only(col: exp.Column) -> bool:
 
 
 def _days(lo_v: Any, hi_v: Any) -> list[datetime.date] | None:
-    lo, hi = (d if isinstance(d, datetime.date) else _day_of(d) for d in (lo_v, hi_v))
-    if isinstance(lo, datetime.datetime):
-        lo = lo.date()
-    if isinstance(hi, datetime.datetime):
-        hi = hi.date()
+    lo, hi = _day_of(lo_v), _day_of(hi_v)
     if lo is None or hi is None or not 0 <= (hi - lo).days < MAX_GROUPS:
         return None
     return [lo + datetime.timedelta(days=n) for n in range((hi - lo).days + 1)]
@@ -258,7 +244,8 @@ def _public_values(t: TableSpec, column: str, by_date: bool = False) -> tuple[An
     if base == "TIMESTAMP" and by_date and o is not None and o.kind in ("date", "timestamp"):
         days = _days(o.lo, o.hi)
         return None if days is None else tuple(datetime.datetime(d.year, d.month, d.day) for d in days)
-    if base in _INTEGRAL:
+    int_range = _INT_RANGES.get(parse_type(t.schema[column]).name) if column in t.schema else None
+    if int_range is not None:  # an integer type (its canonical name, as the typer's table of ranges has it)
         b = spec.bounds if spec.bounds is not None else (o.lo, o.hi) if o is not None and o.kind == "numeric" else None
         if b is None:
             return None
@@ -269,7 +256,7 @@ def _public_values(t: TableSpec, column: str, by_date: bool = False) -> tuple[An
         if not (math.isfinite(lo_f) and math.isfinite(hi_f)):
             return None
         # the column's type holds no value beyond its range (bounds wider than the type, or read as a DOUBLE one past it)
-        t_lo, t_hi, _ = _INT_RANGES.get(parse_type(t.schema[column]).name, (-math.inf, math.inf, 0))
+        t_lo, t_hi, _ = int_range
         first, last = max(math.ceil(lo_f), t_lo), min(math.floor(hi_f), t_hi)
         if not last - first < MAX_GROUPS:
             return None
@@ -278,8 +265,11 @@ def _public_values(t: TableSpec, column: str, by_date: bool = False) -> tuple[An
 
 
 def _day_of(v: Any) -> datetime.date | None:
+    """The day of a declared range's end: a date or datetime, or ISO text (None if it reads as neither)."""
     if isinstance(v, datetime.datetime):
         return v.date()
+    if isinstance(v, datetime.date):
+        return v
     if isinstance(v, str):
         try:
             return datetime.date.fromisoformat(v[:10])
