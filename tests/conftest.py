@@ -272,6 +272,10 @@ EXTENDED = {
     "test_spark_join_group_expressions.py::test_a_counted_out_day_range_is_the_same_on_both_engines":
         "the same file's zero-noise releases of derived keys on both engines, and the counted-out ranges on DuckDB "
         "(test_adversary_join_group_expressions.py)",
+    "test_hostile_fuzz.py::test_outcomes_do_not_depend_on_one_user[1]":
+        "the other half of the same generated expressions and the whole corpus ([0])",
+    "test_adversary_round47.py::test_arithmetic_over_unsigned_huge_and_scaled_decimal_extremes_is_answered_alike_on_"
+    "neighbours[1]": "the other half of the same queries ([0])",
     "test_ledger_postgres_interrupts.py::test_ctrl_c_at_any_point_of_an_operation_leaves_the_ledger_whole[":
         "(all but [commit]) the commit's sweep, and every operation's on the DuckDB ledger (test_interrupts.py)",
 }
