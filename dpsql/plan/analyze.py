@@ -757,8 +757,8 @@ class _Builder:
                 b = self.table.column(c).bounds if self.table is not None else None
                 return None if b is None or check_numeric_column(c, schema) is not None else (float(b[0]), float(b[1]))
 
-            def day_range(c: str) -> tuple[float, float] | None:  # a DATE column's declared range, in days
-                return declared_days(self.table, c) if self.table is not None else None
+            def day_range(c: str, cast: bool) -> tuple[float, float] | None:  # a DATE column's declared range, in days
+                return declared_days(self.table, c, cast) if self.table is not None else None
 
             try:
                 lo, hi = interval(inner, declared_bounds, day_range)

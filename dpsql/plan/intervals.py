@@ -91,9 +91,10 @@ def day_of(v: Any) -> datetime.date | None:
     return None
 
 
-def declared_days(table: TableSpec, column: str) -> Interval | None:
-    """A DATE column's declared range as day numbers (``date.toordinal``), or None (another type, no range)."""
-    if table.schema.get(column, "").strip().upper() != "DATE":
+def declared_days(table: TableSpec, column: str, cast: bool = False) -> Interval | None:
+    """A DATE column's declared range as day numbers (``date.toordinal``), or None (another type, no range);
+    ``cast``: the column is read through ``CAST(col AS DATE)``, so a TIMESTAMP column's range gives its days too."""
+    if table.schema.get(column, "").strip().upper() not in (("DATE", "TIMESTAMP") if cast else ("DATE",)):
         return None
     o = table.column(column).ordered
     if o is None or o.kind != "date":
@@ -102,7 +103,7 @@ def declared_days(table: TableSpec, column: str) -> Interval | None:
     return None if lo is None or hi is None else (float(lo.toordinal()), float(hi.toordinal()))
 
 
-def _day_span(node: exp.Expression, days: Callable[[str], Interval | None] | None) -> Interval | None:
+def _day_span(node: exp.Expression, days: Callable[[str, bool], Interval | None] | None) -> Interval | None:
     """The day numbers a DATE operand of ``DATE - DATE`` can take: a DATE literal's own, or a DATE column's
     declared range (``days(column)``); None for anything else."""
     while isinstance(node, exp.Paren):
@@ -114,8 +115,11 @@ def _day_span(node: exp.Expression, days: Callable[[str], Interval | None] | Non
         except ValueError:
             return None
         return float(d.toordinal()), float(d.toordinal())
+    if isinstance(node, exp.Cast) and node.to.is_type(exp.DataType.Type.DATE) and isinstance(node.this, exp.Column) \
+            and days is not None:  # the day of a DATE or TIMESTAMP column (within the days of its declared range)
+        return days(node.this.name.lower(), True)
     if isinstance(node, exp.Column) and days is not None:
-        return days(node.name.lower())
+        return days(node.name.lower(), False)
     return None
 
 
@@ -198,9 +202,10 @@ def _mul(a: Interval, b: Interval) -> Interval:
 
 
 def interval(node: exp.Expression, bounds: Callable[[str], Interval | None],
-             days: Callable[[str], Interval | None] | None = None) -> Interval:
+             days: Callable[[str, bool], Interval | None] | None = None) -> Interval:
     """Bounds of ``node``'s value on any row, from ``bounds(column)`` (declared column bounds) and ``days(column)``
-    (a DATE column's declared range as day numbers, read by ``DATE - DATE``, a number of days).
+    (a DATE column's declared range as day numbers, read by ``DATE - DATE``, a number of days; with True: the
+    column read through ``CAST(col AS DATE)``).
 
     Raises :class:`NoInterval` naming the part that has none."""
     while isinstance(node, exp.Paren):
@@ -228,6 +233,13 @@ def interval(node: exp.Expression, bounds: Callable[[str], Interval | None],
         span_a, span_b = _day_span(node.this, days), _day_span(node.expression, days)
         if span_a is not None and span_b is not None:  # DATE - DATE: a number of days
             return span_a[0] - span_b[1], span_a[1] - span_b[0]
+        for side, span in ((node.this, span_a), (node.expression, span_b)):
+            inner = side.this if isinstance(side, exp.Paren) else side
+            if span is None and isinstance(inner, exp.Cast) and inner.to.is_type(exp.DataType.Type.DATE):
+                col = inner.find(exp.Column)
+                raise NoInterval(side, "a number of days has bounds from DATE literals and DATE columns (or CAST(col AS "
+                                       "DATE) of a TIMESTAMP column) with a declared date range"
+                                 + (f"; column '{col.name}' declares none" if col is not None else ""))
         a, b = interval(node.this, bounds, days), interval(node.expression, bounds, days)
         return a[0] - b[1], a[1] - b[0]
     if isinstance(node, exp.Mul):

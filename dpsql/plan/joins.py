@@ -665,10 +665,10 @@ class _JoinBuilder:
             kind = parse_type(t.schema.get(col, "")) if t is not None else None
             return t.value_bounds(col) if t is not None and kind is not None and (kind.numeric or kind.kind == "bool") else None
 
-        def days(name: str) -> tuple[float, float] | None:
+        def days(name: str, cast: bool) -> tuple[float, float] | None:
             alias, _, col = name.partition(SEP)
             t = next((i.table for i in self.inputs if i.alias == alias), None)
-            return declared_days(t, col) if t is not None else None
+            return declared_days(t, col, cast) if t is not None else None
 
         try:
             lo_hi = interval(value, bounds, days)

@@ -1161,7 +1161,8 @@ class Typer:
                 + ("; write CAST(col AS DOUBLE) (a value that does not convert is then NULL)" if r.type.kind == "varchar" else "")
                 + ("; shift a date or timestamp by an INTERVAL (d + INTERVAL 1 DAY), compare it with a shifted literal "
                    "(ts > TIMESTAMP '2024-12-31' - INTERVAL 30 DAY), or subtract two DATEs for a number of days "
-                   f"(CAST({node.sql(dialect='duckdb') if isinstance(node, exp.Column) else 'ts'} AS DATE) - DATE '2024-01-01')"
+                   + (f"(CAST({node.sql(dialect='duckdb') if isinstance(node, exp.Column) else 'ts'} AS DATE) - DATE '2024-01-01')"
+                      if r.type.kind == "timestamp" else "(d - DATE '2024-01-01')")
                    if r.type.kind in ("date", "timestamp") else ""),
             )
         return r
