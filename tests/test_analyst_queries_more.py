@@ -189,15 +189,50 @@ def test_like_any_names_its_or_form(session: dpsql.Session, sql: str, fix: str) 
 
 # -- quantiles: beside other aggregates, and as a list -------------------------------------------------------------
 
+def test_a_quantile_beside_other_aggregates_is_answered_side_by_side(session: dpsql.Session) -> None:
+    """A scalar SELECT of quantiles and other aggregates (refused before) is two queries in one request: each
+    released as if sent alone at half the budget, the columns in the order written, one charge of what was asked."""
+    sql = "SELECT COUNT(*) AS n, median(x), AVG(x) AS m, MAX(x) - MIN(x) AS span FROM t WHERE s <> 'apple'"
+    plan = session.explain(sql, epsilon=1.0, delta=1e-6)
+    assert [c["sql"] for c in plan.parameters["components"]] == [
+        "SELECT COUNT(*) AS n, AVG(x) AS m FROM t WHERE s <> 'apple'",
+        "SELECT MEDIAN(x), MAX(x) - MIN(x) AS span FROM t WHERE s <> 'apple'"]
+    before = session.remaining()
+    r = session.query(sql, epsilon=1.0, delta=1e-6)
+    spent = session.remaining()
+    assert before.epsilon - spent.epsilon == pytest.approx(1.0) and len(session.history()) == 1
+    assert r.table.column_names == ["n", "MEDIAN(x)", "m", "span"]
+    alone = {**session.query("SELECT COUNT(*) AS n, AVG(x) AS m FROM t WHERE s <> 'apple'", epsilon=0.5,
+                             delta=5e-7).table.to_pylist()[0],
+             **session.query("SELECT MEDIAN(x), MAX(x) - MIN(x) AS span FROM t WHERE s <> 'apple'",
+                             epsilon=0.5).table.to_pylist()[0]}
+    assert r.table.to_pylist() == [alone]
+    assert r.table.to_pylist()[0]["n"] == _truth("SELECT COUNT(*) FROM t WHERE s <> 'apple'")[0][0]
+    assert set(r.accuracy) == {"n", "MEDIAN(x)", "m", "span"}
+
+
+def test_quantiles_beside_counts_over_a_lookup_join_and_on_neighbours() -> None:
+    """Over a lookup join too; and one more person with extreme or missing values changes no outcome."""
+    sql = "SELECT COUNT(*), MIN(t.x), SUM(t.x) FROM t JOIN lk ON t.cc = lk.code WHERE lk.region = 'EU'"
+    base = _rows()
+    for extra in (None, {"x": None}, {"x": float("nan")}, {"x": -1e308}):
+        t = base if extra is None else pa.concat_tables([base, pa.Table.from_pylist(
+            [{"uid": 10_000, "d": None, "e": None, "ts": None, "s": "z", "cc": "FR", **extra}], schema=base.schema)])
+        with _session(t) as s:
+            r = s.query(sql, epsilon=1.0, delta=1e-6)
+            assert r.table.num_rows == 1 and r.table.num_columns == 3
+
+
 @pytest.mark.parametrize(("sql", "parts"), [
-    ("SELECT COUNT(*), median(x) FROM t", ("SELECT MEDIAN(x) FROM", "SELECT COUNT(*) FROM", "UNION ALL")),
     ("SELECT s, AVG(x), quantile_cont(x, 0.9) FROM t GROUP BY s",
      ("SELECT QUANTILE_CONT(x, 0.9) FROM", "SELECT AVG(x) FROM", "UNION ALL")),
+    ("SELECT median(x) - AVG(x) FROM t", ("SELECT MEDIAN(x) FROM", "SELECT AVG(x) FROM", "UNION ALL")),
+    ("SELECT COUNT(*) AS n, n + median(x) FROM t", ("SELECT MEDIAN(x) FROM", "UNION ALL")),
 ])
-def test_a_quantile_beside_other_aggregates_is_its_own_query(session: dpsql.Session, sql: str,
-                                                             parts: tuple[str, ...]) -> None:
-    """A quantile is released by the exponential mechanism, the other aggregates by noise: refused for free, naming
-    both queries and the UNION ALL that answers them as one request (one charge, the budget split)."""
+def test_a_quantile_mixed_within_one_output_or_grouped_is_refused(session: dpsql.Session, sql: str,
+                                                                   parts: tuple[str, ...]) -> None:
+    """Grouped (the two mechanisms release different key sets), or one output reading both: refused for free,
+    naming both queries and the UNION ALL that answers them as one request (one charge, the budget split)."""
     _refused(session, sql, PolicyError, *parts)
 
 
