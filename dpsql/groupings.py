@@ -222,15 +222,19 @@ def _split_mixed(stmt: exp.Select, sql: str) -> Composite | None:
     kinds, reads a column outside an aggregate (an alias of another output) or has no aggregate."""
     if any(stmt.args.get(k) for k in ("group", "having", "qualify", "order", "limit", "offset", "distinct", "windows")):
         return None
+    if any(isinstance(n.this, QUANTILE_AGGS) for n in stmt.find_all(exp.Filter, exp.WithinGroup)):
+        # a quantile's FILTER is refused by the ordinary path (said of the query as written), and WITHIN GROUP has no
+        # rendering that reads back as the same call: write MEDIAN(x) or QUANTILE_CONT(x, p) beside other aggregates
+        return None
     kinds: list[bool] = []  # per output: a quantile's (True) or another aggregate's (False)
     for item in stmt.expressions:
         found: set[bool] = set()
-        for node in item.walk(prune=lambda n: isinstance(n, QUANTILE_AGGS) or is_aggregate(n)):
+        for node in item.walk(prune=_call):
             if isinstance(node, (exp.Window, exp.Star, exp.Subquery, exp.Select)) or (
                     isinstance(node, exp.Column) and not _inside_aggregate(node, item)):
                 return None
-            if isinstance(node, QUANTILE_AGGS) or is_aggregate(node):
-                found.add(isinstance(node, QUANTILE_AGGS) or any(isinstance(x, QUANTILE_AGGS) for x in node.walk()))
+            if _call(node):
+                found.add(any(isinstance(x, QUANTILE_AGGS) for x in node.walk()))
         if len(found) != 1:
             return None
         kinds.append(found.pop())
@@ -255,10 +259,16 @@ def _sides(g: Composite) -> list[tuple[int, int]]:
     return [n for n in g.branches[0].names if not isinstance(n, str)]
 
 
+def _call(n: exp.Expression) -> bool:
+    """An aggregate call with what belongs to it: its FILTER clause, a percentile's WITHIN GROUP (ORDER BY col)."""
+    return isinstance(n, QUANTILE_AGGS) or is_aggregate(n) or (
+        isinstance(n, (exp.Filter, exp.WithinGroup)) and (isinstance(n.this, QUANTILE_AGGS) or is_aggregate(n.this)))
+
+
 def _inside_aggregate(node: exp.Expression, top: exp.Expression) -> bool:
     p = node.parent
     while p is not None and p is not top.parent:
-        if isinstance(p, QUANTILE_AGGS) or is_aggregate(p):
+        if _call(p):
             return True
         p = p.parent
     return False

@@ -209,6 +209,11 @@ def test_a_quantile_beside_other_aggregates_is_answered_side_by_side(session: dp
     assert r.table.to_pylist() == [alone]
     assert r.table.to_pylist()[0]["n"] == _truth("SELECT COUNT(*) FROM t WHERE s <> 'apple'")[0][0]
     assert set(r.accuracy) == {"n", "MEDIAN(x)", "m", "span"}
+    # an aggregate's FILTER goes with its own query
+    r = session.query("SELECT COUNT(*) FILTER (WHERE x > 3) AS big, quantile_cont(x, 0.5) AS p50 FROM t", epsilon=1.0,
+                      delta=1e-6)
+    assert r.table.column_names == ["big", "p50"]
+    assert r.table.to_pylist()[0]["big"] == _truth("SELECT COUNT(*) FILTER (WHERE x > 3) FROM t")[0][0]
 
 
 def test_quantiles_beside_counts_over_a_lookup_join_and_on_neighbours() -> None:
@@ -228,6 +233,7 @@ def test_quantiles_beside_counts_over_a_lookup_join_and_on_neighbours() -> None:
      ("SELECT QUANTILE_CONT(x, 0.9) FROM", "SELECT AVG(x) FROM", "UNION ALL")),
     ("SELECT median(x) - AVG(x) FROM t", ("SELECT MEDIAN(x) FROM", "SELECT AVG(x) FROM", "UNION ALL")),
     ("SELECT COUNT(*) AS n, n + median(x) FROM t", ("SELECT MEDIAN(x) FROM", "UNION ALL")),
+    ("SELECT COUNT(*), percentile_cont(0.5) WITHIN GROUP (ORDER BY x) FROM t", ("SELECT COUNT(*) FROM", "UNION ALL")),
 ])
 def test_a_quantile_mixed_within_one_output_or_grouped_is_refused(session: dpsql.Session, sql: str,
                                                                    parts: tuple[str, ...]) -> None:
