@@ -54,8 +54,9 @@ from dpsql.budget import Budget, check_delta, check_epsilon, exact, float_at_lea
 from dpsql.charge import charged, keeps_answer, record_release, reserve
 from dpsql.errors import ConfigError, QueryError, UnsupportedQueryError
 from dpsql.options import check_options
-from dpsql.plan.checks import ROW_COUNT_MAX
+from dpsql.plan.checks import ROW_COUNT_MAX, is_aggregate
 from dpsql.plan.parse import DIALECT, order_by_all_alone, parse_duckdb, refuse_empty_groupings
+from dpsql.plan.quantiles import QUANTILE_AGGS
 from dpsql.release import Plan, Release
 
 #: the accuracy note of an output column whose accuracy differs between the queries of a request (the command line
@@ -67,6 +68,10 @@ MAX_GROUPINGS = 64
 
 _FUNCS = (exp.Grouping, exp.GroupingId)
 _WORDS = re.compile(r"\b(union|rollup|cube|grouping)\b", re.IGNORECASE)
+#: a quantile's name (MIN, MAX, MEDIAN, QUANTILE..., PERCENTILE...): a scalar SELECT with one may mix it with other aggregates
+_QUANTILE_WORDS = re.compile(r"\b(min|max|median|quantile\w*|percentile\w*|approx_quantile)\s*\(", re.IGNORECASE)
+#: the kind of a scalar SELECT whose quantiles and other aggregates are answered as two queries, side by side
+MIXED = "SELECT of quantiles and other aggregates"
 
 
 @dataclass(frozen=True)
@@ -153,12 +158,15 @@ def split(sql: Any, catalog: Mapping[str, Any]) -> Composite | None:
     None otherwise (any other query, or text that does not parse: the ordinary path says what is wrong with it).
     ``catalog``: the registered tables' public metadata (a grouping name that is a column of a table in FROM is
     that column)."""
-    if not isinstance(sql, str) or not _WORDS.search(sql):  # most queries: not parsed a second time
+    words = _WORDS.search(sql) if isinstance(sql, str) else None
+    if not isinstance(sql, str) or not (words or _QUANTILE_WORDS.search(sql)):  # most queries: not parsed a second time
         return None
     try:
         stmt = parse_duckdb(sql)[0]
     except Exception:
         return None
+    if not words:
+        return _split_mixed(stmt, sql) if isinstance(stmt, exp.Select) else None
     order_by_all_alone(stmt)
     refuse_empty_groupings(stmt)
     if isinstance(stmt, exp.Select):
@@ -203,6 +211,67 @@ def split(sql: Any, catalog: Mapping[str, Any]) -> Composite | None:
                                                     for it in b.expressions] for b in selects]
     limit, offset = (_count(stmt.args.get(k), k.upper()) for k in ("limit", "offset"))
     return Composite(sql, "UNION ALL", branches, _order(selects, outputs, stmt.args.get("order")), limit, offset)
+
+
+def _split_mixed(stmt: exp.Select, sql: str) -> Composite | None:
+    """A scalar SELECT whose outputs each read quantiles only (MIN, MAX, MEDIAN, ...: the exponential mechanism) or
+    other aggregates only (noise added to sums), with both present: the two queries ``SELECT <quantile outputs> FROM
+    ...`` and ``SELECT <other outputs> FROM ...`` (the same FROM and WHERE), one request, their released columns side
+    by side in the order written. None for anything else (the ordinary path answers or refuses it): GROUP BY (the two
+    mechanisms release different key sets), HAVING, ORDER BY, LIMIT, DISTINCT, a window, an output that mixes both
+    kinds, reads a column outside an aggregate (an alias of another output) or has no aggregate."""
+    if any(stmt.args.get(k) for k in ("group", "having", "qualify", "order", "limit", "offset", "distinct", "windows")):
+        return None
+    if any(isinstance(n.this, QUANTILE_AGGS) for n in stmt.find_all(exp.Filter, exp.WithinGroup)):
+        # a quantile's FILTER is refused by the ordinary path (said of the query as written), and WITHIN GROUP has no
+        # rendering that reads back as the same call: write MEDIAN(x) or QUANTILE_CONT(x, p) beside other aggregates
+        return None
+    kinds: list[bool] = []  # per output: a quantile's (True) or another aggregate's (False)
+    for item in stmt.expressions:
+        found: set[bool] = set()
+        for node in item.walk(prune=_call):
+            if isinstance(node, (exp.Window, exp.Star, exp.Subquery, exp.Select)) or (
+                    isinstance(node, exp.Column) and not _inside_aggregate(node, item)):
+                return None
+            if _call(node):
+                found.add(any(isinstance(x, QUANTILE_AGGS) for x in node.walk()))
+        if len(found) != 1:
+            return None
+        kinds.append(found.pop())
+    if len(set(kinds)) != 2:
+        return None
+    order = list(dict.fromkeys(kinds))  # the kind of the first output first
+    components, names = [], []
+    for kind in order:
+        part = stmt.copy()
+        part.set("expressions", [it.copy() for it, k in zip(stmt.expressions, kinds, strict=True) if k == kind])
+        components.append(part.sql(dialect=DIALECT))
+    seen = {k: 0 for k in order}
+    for k in kinds:
+        names.append((order.index(k), seen[k]))
+        seen[k] += 1
+    g = Groupings(sql, "", tuple(components), (None, None), ((), ()), tuple(names), (), None, None)
+    return Composite(sql, MIXED, (g,), (), None, None)
+
+
+def _sides(g: Composite) -> list[tuple[int, int]]:
+    """A :data:`MIXED` request's (query, column) of each output, in the order written."""
+    return [n for n in g.branches[0].names if not isinstance(n, str)]
+
+
+def _call(n: exp.Expression) -> bool:
+    """An aggregate call with what belongs to it: its FILTER clause, a percentile's WITHIN GROUP (ORDER BY col)."""
+    return isinstance(n, QUANTILE_AGGS) or is_aggregate(n) or (
+        isinstance(n, (exp.Filter, exp.WithinGroup)) and (isinstance(n.this, QUANTILE_AGGS) or is_aggregate(n.this)))
+
+
+def _inside_aggregate(node: exp.Expression, top: exp.Expression) -> bool:
+    p = node.parent
+    while p is not None and p is not top.parent:
+        if _call(p):
+            return True
+        p = p.parent
+    return False
 
 
 def _branches(stmt: exp.Expression) -> list[exp.Select]:
@@ -560,7 +629,7 @@ def _components(g: Composite, routes: list[Any], weights: list[Fraction]) -> lis
 
 
 def _label(g: Composite, routes: list[Any]) -> str:
-    kind = "union_all" if g.kind == "UNION ALL" else "groupings"
+    kind = "union_all" if g.kind == "UNION ALL" else "quantiles_apart" if g.kind == MIXED else "groupings"
     return kind + "(" + ", ".join(dict.fromkeys(r.description.label for r in routes)) + ")"
 
 
@@ -576,6 +645,16 @@ def _types(session: Any, g: Composite, routes: list[Any], asts: list[Any]) -> li
     BIGINT for GROUPING, all under one UNION ALL that the engine binds (its rules for combining types)."""
     engine, selects, listed, i = session._engine, [], [], 0
     width = len(g.branches[0].names)
+    if g.kind == MIXED:  # side by side: each output keeps its own query's type
+        own = []
+        for sql, r, ast in zip(g.components, routes, asts, strict=True):
+            q = postprocess.output_query(r.request.plan, _key_types(engine, r, ast),
+                                         r.mechanism.released_types(r.calibration))
+            if q is None:
+                raise _bad(f"{sql}: its output types are not known before the charge", "send it alone")
+            own.append([t for _, t in engine.describe(q)])
+        return [exp.DataType(this=_T.NULL) if own[c][j].strip('"').upper() == "NULL" else
+                exp.DataType.build(own[c][j], dialect=engine.dialect) for c, j in _sides(g)]
     for b in g.branches:
         for sql, fill in zip(b.components, b.fills, strict=True):
             r, ast = routes[i], asts[i]
@@ -728,6 +807,9 @@ def _names_at(g: Composite, tables: list[pa.Table], j: int) -> list[str | None]:
     """Each query's own name of the output column at position ``j`` (None where a rolled-up column or GROUPING's
     value is put in place: ``_combine``)."""
     out: list[str | None] = []
+    if g.kind == MIXED:
+        c, own = _sides(g)[j]
+        return [t.column_names[own] if k == c else None for k, t in enumerate(tables)]
     for b in g.branches:
         for t, fill in zip(tables[len(out):len(out) + len(b.components)], b.fills, strict=True):
             filled = {pos for pos, _ in fill}
@@ -742,6 +824,10 @@ def _combine(session: Any, g: Composite, tables: list[pa.Table], types: list[exp
     (``_types``), the branch's ORDER BY / LIMIT; then the branches under the first one's names, and the
     ORDER BY / LIMIT / OFFSET of the whole."""
     cols = [f"c{i}" for i in range(len(types))]
+    if g.kind == MIXED:  # one released row each (scalar queries): their columns side by side, in the order written
+        at = _sides(g)
+        return pa.Table.from_arrays([tables[c].column(j) for c, j in at],
+                                    names=[tables[c].column_names[j] for c, j in at])
 
     def cast(rel: str) -> exp.Expression:
         return exp.select(*[exp.column(c) if t.this == _T.NULL else exp.alias_(exp.cast(exp.column(c), t), c)

@@ -303,7 +303,7 @@ QUERIES: list[tuple[str, str, str, Any]] = [
     ("approx_count_distinct", "SELECT approx_count_distinct(person_id) FROM events", "b", "COUNT(DISTINCT person_id)"),
     ("sum_distinct", "SELECT SUM(DISTINCT amount) FROM events", "b", "drop DISTINCT"),
     ("avg_distinct", "SELECT AVG(DISTINCT age) FROM persons", "b", "drop DISTINCT"),
-    ("median_and_avg", "SELECT MEDIAN(age), AVG(age) FROM persons", "b", "separate queries"),
+    ("median_minus_avg", "SELECT MEDIAN(age) - AVG(age) FROM persons", "b", "separate queries"),
     ("current_date", "SELECT COUNT(*) FROM events WHERE event_date >= CURRENT_DATE - INTERVAL 30 DAY", "b",
      "write the date as a literal"),
     ("now", "SELECT COUNT(*) FROM events WHERE ts > now() - interval '30 days'", "b", "write the date as a literal"),

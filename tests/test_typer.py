@@ -587,6 +587,8 @@ ALLOW_LIST_SAMPLES = {
     "strptime, try_strptime": ["strptime(note, '%Y') > ts", "try_strptime(note, '%Y') > ts"],
     "+, - (INTERVAL)": ["ts > TIMESTAMP '2024-01-01' - INTERVAL 1 DAY", "day >= DATE '2024-03-31' - INTERVAL '1 month'",
                         "ts < INTERVAL 2 HOUR + TIMESTAMP '2024-01-01'"],
+    "- (DATE, DATE)": ["day - DATE '2024-01-01' > 0", "DATE '2024-03-01' - day < 10", "day - CAST(ts AS DATE) = 0",
+                       "(day - day) + 1 = 1"],
 }
 
 

@@ -523,6 +523,17 @@ def route(
     return _finish(base, mech, mech.calibrate(base, contribution(table, options, grouped=plan.is_grouped)), reason)
 
 
+def _mixed_quantiles(quantiles: list[str], others: list[str]) -> PolicyError:
+    """A quantile beside other aggregates: refused (free), naming both and the forms that answer them."""
+    q, o = ", ".join(dict.fromkeys(quantiles)), ", ".join(dict.fromkeys(others))
+    return PolicyError(
+        f"a query mixes quantiles ({q}) with other aggregates ({o}); they are released by different mechanisms "
+        "(the exponential mechanism over a grid, and noise added to sums)",
+        hint=f"ask the quantiles and the other aggregates in separate queries, SELECT {q} FROM ... and SELECT {o} FROM "
+             "... (each with the same FROM, WHERE and GROUP BY), or send both SELECTs as one request joined by UNION ALL "
+             "(one charge, the budget split between them)")
+
+
 def _route_quantile(base: Request, forced: str) -> Route:
     """Quantiles: the exponential mechanism (or a stored synopsis when reuse is asked)."""
     plan = base.plan
@@ -532,9 +543,7 @@ def _route_quantile(base: Request, forced: str) -> Route:
                           f"mechanism, not by mechanism '{forced}'", hint="omit the mechanism option")
     others = [a.sql for a in plan.aggregates if a.kind not in ir.QUANTILE_KINDS]
     if others:
-        raise PolicyError(
-            f"a query mixes quantiles with other aggregates ({', '.join(others)}); they are released by different "
-            "mechanisms", hint="ask the quantiles (MIN, MAX, MEDIAN, ...) and the other aggregates in separate queries")
+        raise _mixed_quantiles([a.sql for a in plan.aggregates if a.kind in ir.QUANTILE_KINDS], others)
     mech = REGISTRY[MechanismName.EXPONENTIAL]
     _check_applicable(mech, base.options)
     what = "scalar quantile" if not plan.keys else "quantile per public (declared) key, every key released"
@@ -747,6 +756,19 @@ def _route_lookup_join(
     return _finish(req, mech, mech.calibrate(req, contribution(plan.table, {})), reason + _several_reason(plan))
 
 
+def _declaration(plan: ir.QueryPlan) -> str:
+    """The registration that declares the domains of a lookup join's public key columns, e.g. ``register table 'lk'
+    with columns={'region': {'domain': [...]}}`` (public metadata: the plan's names only)."""
+    assert plan.join is not None
+    tables = dict(plan.join.inputs)
+    by_table: dict[str, list[str]] = {}
+    for k in plan.join.keys:
+        if k.kind == "public":
+            by_table.setdefault(tables.get(k.alias, k.alias), []).append(k.column)
+    return "; ".join("register table '" + t + "' with columns={" + ", ".join(f"'{c}': {{'domain': [...]}}" for c in cs)
+                     + "}" for t, cs in by_table.items())
+
+
 def _route_lookup_one_table(
     sql: str, plan: ir.QueryPlan, people: Any, epsilon: float, delta: float, options: Mapping[str, Any],
     catalog: Mapping[str, TableSpec], find_synopsis: Callable[[str], tuple[int, str] | None],
@@ -772,7 +794,7 @@ def _route_lookup_one_table(
         cols = ", ".join(f"{tables.get(k.alias, k.alias)}.{k.column}" for k in plan.join.keys if k.kind == "public")
         raise PolicyError(f"GROUP BY over {cols} under a LEFT JOIN: the column has no declared domain, so no public "
                           "key set with NULL (the unmatched rows' group) is known to release in full",
-                          hint=f"declare the domain of {cols} (the column's 'domain' when its table is registered): "
+                          hint=f"declare the domain of {cols} ({_declaration(plan)}): "
                                "every declared key and NULL are then released; or pass mechanism='sparse_histogram' "
                                "(keys released above a noisy threshold, NULL included)")
     if forced == "auto" and "public" in kinds and "private" not in kinds:
@@ -785,14 +807,14 @@ def _route_lookup_one_table(
             raise PolicyError(f"{what} grouped by {cols}, a public lookup column without a declared domain: its key set "
                               "is released in full by the join mechanisms only, which answer COUNT(*), COUNT(col), SUM "
                               "and AVG only, without FILTER",
-                              hint=f"declare the domain of {cols} (the column's 'domain' when its table is registered), "
+                              hint=f"declare the domain of {cols} ({_declaration(plan)}), "
                                    "or pass mechanism='sparse_histogram' (keys released above a noisy threshold)")
         if delta <= 0:  # the join rules need delta > 0; a declared domain is the Laplace path of this one
             tables = dict(plan.join.inputs)
             cols = ", ".join(f"{tables.get(k.alias, k.alias)}.{k.column}" for k in plan.join.keys if k.kind == "public")
             raise ConfigError("GROUP BY over joins is answered under (epsilon, delta)-DP and needs delta > 0",
-                              hint=f"pass delta=1e-7 (for example), or declare the domain of {cols} (the column's "
-                                   "'domain' when its table is registered): at delta = 0 the Laplace mechanism then "
+                              hint=f"pass delta=1e-7 (for example), or declare the domain of {cols} ("
+                                   f"{_declaration(plan)}): at delta = 0 the Laplace mechanism then "
                                    "answers it, every declared key released")
         return None
     _check_public_groups(one)
@@ -809,9 +831,7 @@ def _route_lookup_one_table(
                               f"answered by the exponential mechanism, not by mechanism '{forced}'",
                               hint="omit the mechanism option")
         if others:
-            raise PolicyError(f"a query mixes quantiles with other aggregates ({', '.join(others)}); they are released by "
-                              "different mechanisms", hint="ask the quantiles (MIN, MAX, MEDIAN, ...) and the other "
-                              "aggregates in separate queries")
+            raise _mixed_quantiles(quantiles, others)
         name = MechanismName.EXPONENTIAL
         what = ("scalar quantile" if not one.keys else "quantile per public (declared) key, every key released") + \
                ": exponential mechanism over a public grid of the declared bounds (pure DP)"

@@ -31,7 +31,7 @@ from dpsql.plan.checks import (
     violation,
     written_name,
 )
-from dpsql.plan.intervals import NoInterval, clamp_argument, clamp_bounds, interval
+from dpsql.plan.intervals import NoInterval, clamp_argument, clamp_bounds, declared_days, interval
 from dpsql.plan.names import (
     alias_order_hint,
     did_you_mean,
@@ -757,15 +757,19 @@ class _Builder:
                 b = self.table.column(c).bounds if self.table is not None else None
                 return None if b is None or check_numeric_column(c, schema) is not None else (float(b[0]), float(b[1]))
 
+            def day_range(c: str, cast: bool) -> tuple[float, float] | None:  # a DATE column's declared range, in days
+                return declared_days(self.table, c, cast) if self.table is not None else None
+
             try:
-                lo, hi = interval(inner, declared_bounds)
+                lo, hi = interval(inner, declared_bounds, day_range)
             except NoInterval as e:
                 off = allow_list_problems(inner)
                 for n, m in off:  # a function off the allow-list has no interval rule: name it, once
                     self.bad(n, f"{fn}: {m}")
                 if off:
                     return None
-                self.bad(node, f"{fn} over an expression needs bounds: {e.message} (hint: write "
+                why = e.named(written_name(e.node, self.sql)) if isinstance(e.node, exp.Func) else e.message
+                self.bad(node, f"{fn} over an expression needs bounds: {why} (hint: write "
                                f"{call('LEAST(GREATEST(expr, lo), hi)')} with literal bounds, or declare the columns' bounds)")
                 self._unbounded[id(self.violations[-1])] = self.violations[-1]
                 return None

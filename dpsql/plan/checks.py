@@ -256,11 +256,20 @@ def check_expression_functions(node: exp.Expression, sql: str, where: str, *, wi
             continue
         if isinstance(sub, (exp.Any, exp.All)):  # x LIKE ANY ([...]): one message, not also one for the list
             arr = sub.this.this if isinstance(sub.this, exp.Paren) else sub.this
-            items = arr.expressions if isinstance(arr, exp.Array) else None
-            fix = (f"write {quoted(sub.parent.this)} IN ({', '.join(quoted(i) for i in items)})"
-                   if isinstance(sub, exp.Any) and isinstance(sub.parent, exp.EQ) and sub.parent.expression is sub
-                   and items and len(items) <= 10 and all(never_null_literal(i) for i in items) else
-                   "write each test, joined with OR for ANY, AND for ALL (x LIKE 'a%' OR x LIKE 'b%')")
+            items = arr.expressions if isinstance(arr, (exp.Array, exp.Tuple)) else None
+            like = sub.parent if isinstance(sub.parent, (exp.Like, exp.ILike)) and sub.parent.expression is sub else None
+            if like is not None and items and len(items) <= 16:
+                # DuckDB has no LIKE ANY / ALL: the OR (AND) of each test, as the query writes the operand and patterns
+                # (NOT applies to each test: NOT LIKE ALL is true where no pattern matches)
+                op = ("NOT " if like.args.get("negate") else "") + ("ILIKE" if isinstance(like, exp.ILike) else "LIKE")
+                joiner = " OR " if isinstance(sub, exp.Any) else " AND "
+                fix = "DuckDB has no " + op + (" ANY" if isinstance(sub, exp.Any) else " ALL") + "; write " + joiner.join(
+                    f"{quoted(like.this)} {op} {quoted(i)}" for i in items)
+            elif (isinstance(sub, exp.Any) and isinstance(sub.parent, exp.EQ) and sub.parent.expression is sub
+                    and isinstance(arr, exp.Array) and items and len(items) <= 10 and all(never_null_literal(i) for i in items)):
+                fix = f"write {quoted(sub.parent.this)} IN ({', '.join(quoted(i) for i in items)})"
+            else:
+                fix = "write each test, joined with OR for ANY, AND for ALL (x LIKE 'a%' OR x LIKE 'b%')"
             out.append(violation(sub, sql, f"{where}: ANY / ALL over a list are not supported; {fix}"))
             continue
         if isinstance(sub, exp.Window) and windows:

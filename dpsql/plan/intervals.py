@@ -27,10 +27,15 @@ a plain column. The derived interval only decides the sensitivity and how much c
 
 from __future__ import annotations
 
+import datetime
 import math
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from sqlglot import exp
+
+if TYPE_CHECKING:
+    from dpsql.catalog import TableSpec
 
 Interval = tuple[float, float]
 
@@ -42,6 +47,13 @@ class NoInterval(Exception):
         self.node = node
         self.message = message
         super().__init__(message)
+
+    def named(self, written: str) -> str:
+        """The message with the function named ``written`` (its spelling in the query), when it is a function's."""
+        if not written or not isinstance(self.node, exp.Func):
+            return self.message
+        label = _label(self.node)
+        return written + self.message[len(label):] if self.message.startswith(label) else self.message
 
 
 #: power(x, k) has bounds for a literal whole k in [0, MAX_POWER] (the bounds' own limit, +-1e15, then applies)
@@ -62,6 +74,52 @@ def number(node: exp.Expression) -> float | None:
             return None
         if math.isfinite(v):
             return -v if neg else v
+    return None
+
+
+def day_of(v: Any) -> datetime.date | None:
+    """The day of a declared range's end: a date or datetime, or ISO text (None if it reads as neither)."""
+    if isinstance(v, datetime.datetime):
+        return v.date()
+    if isinstance(v, datetime.date):
+        return v
+    if isinstance(v, str):
+        try:
+            return datetime.date.fromisoformat(v[:10])
+        except ValueError:
+            return None
+    return None
+
+
+def declared_days(table: TableSpec, column: str, cast: bool = False) -> Interval | None:
+    """A DATE column's declared range as day numbers (``date.toordinal``), or None (another type, no range);
+    ``cast``: the column is read through ``CAST(col AS DATE)``, so a TIMESTAMP column's range gives its days too."""
+    if table.schema.get(column, "").strip().upper() not in (("DATE", "TIMESTAMP") if cast else ("DATE",)):
+        return None
+    o = table.column(column).ordered
+    if o is None or o.kind != "date":
+        return None
+    lo, hi = day_of(o.lo), day_of(o.hi)
+    return None if lo is None or hi is None else (float(lo.toordinal()), float(hi.toordinal()))
+
+
+def _day_span(node: exp.Expression, days: Callable[[str, bool], Interval | None] | None) -> Interval | None:
+    """The day numbers a DATE operand of ``DATE - DATE`` can take: a DATE literal's own, or a DATE column's
+    declared range (``days(column)``); None for anything else."""
+    while isinstance(node, exp.Paren):
+        node = node.this
+    if isinstance(node, exp.Cast) and node.to.is_type(exp.DataType.Type.DATE) and isinstance(node.this, exp.Literal) \
+            and node.this.is_string:
+        try:
+            d = datetime.date.fromisoformat(str(node.this.this))
+        except ValueError:
+            return None
+        return float(d.toordinal()), float(d.toordinal())
+    if isinstance(node, exp.Cast) and node.to.is_type(exp.DataType.Type.DATE) and isinstance(node.this, exp.Column) \
+            and days is not None:  # the day of a DATE or TIMESTAMP column (within the days of its declared range)
+        return days(node.this.name.lower(), True)
+    if isinstance(node, exp.Column) and days is not None:
+        return days(node.name.lower(), False)
     return None
 
 
@@ -118,7 +176,10 @@ def _label(node: exp.Expression) -> str:
     if isinstance(node, exp.Anonymous):
         return str(node.this).upper()
     if isinstance(node, exp.Func):
-        return node.sql_name()
+        # DuckDB's name for it (epoch(ts) is EPOCH, never sqlglot's TIME_TO_UNIX); callers that have the query's
+        # text name it as written (:func:`NoInterval.named`)
+        shown = node.sql(dialect="duckdb").split("(", 1)[0]
+        return shown if shown.replace("_", "").isalnum() else node.sql_name()
     return type(node).__name__.upper()
 
 
@@ -140,8 +201,11 @@ def _mul(a: Interval, b: Interval) -> Interval:
     return min(prods), max(prods)
 
 
-def interval(node: exp.Expression, bounds: Callable[[str], Interval | None]) -> Interval:
-    """Bounds of ``node``'s value on any row, from ``bounds(column)`` (declared column bounds).
+def interval(node: exp.Expression, bounds: Callable[[str], Interval | None],
+             days: Callable[[str, bool], Interval | None] | None = None) -> Interval:
+    """Bounds of ``node``'s value on any row, from ``bounds(column)`` (declared column bounds) and ``days(column)``
+    (a DATE column's declared range as day numbers, read by ``DATE - DATE``, a number of days; with True: the
+    column read through ``CAST(col AS DATE)``).
 
     Raises :class:`NoInterval` naming the part that has none."""
     while isinstance(node, exp.Paren):
@@ -160,24 +224,34 @@ def interval(node: exp.Expression, bounds: Callable[[str], Interval | None]) -> 
             raise NoInterval(node, f"column '{node.name}' has no declared bounds")
         return float(b[0]), float(b[1])
     if isinstance(node, exp.Neg):
-        lo, hi = interval(node.this, bounds)
+        lo, hi = interval(node.this, bounds, days)
         return -hi, -lo
     if isinstance(node, exp.Add):
-        a, b = interval(node.this, bounds), interval(node.expression, bounds)
+        a, b = interval(node.this, bounds, days), interval(node.expression, bounds, days)
         return a[0] + b[0], a[1] + b[1]
     if isinstance(node, exp.Sub):
-        a, b = interval(node.this, bounds), interval(node.expression, bounds)
+        span_a, span_b = _day_span(node.this, days), _day_span(node.expression, days)
+        if span_a is not None and span_b is not None:  # DATE - DATE: a number of days
+            return span_a[0] - span_b[1], span_a[1] - span_b[0]
+        for side, span in ((node.this, span_a), (node.expression, span_b)):
+            inner = side.this if isinstance(side, exp.Paren) else side
+            if span is None and isinstance(inner, exp.Cast) and inner.to.is_type(exp.DataType.Type.DATE):
+                col = inner.find(exp.Column)
+                raise NoInterval(side, "a number of days has bounds from DATE literals and DATE columns (or CAST(col AS "
+                                       "DATE) of a TIMESTAMP column) with a declared date range"
+                                 + (f"; column '{col.name}' declares none" if col is not None else ""))
+        a, b = interval(node.this, bounds, days), interval(node.expression, bounds, days)
         return a[0] - b[1], a[1] - b[0]
     if isinstance(node, exp.Mul):
-        return _mul(interval(node.this, bounds), interval(node.expression, bounds))
+        return _mul(interval(node.this, bounds, days), interval(node.expression, bounds, days))
     if isinstance(node, exp.Div) and not isinstance(node, exp.IntDiv):
         c = number(node.expression)
         if c is None or c == 0:
             raise NoInterval(node, "division has a bound only by a literal non-zero constant")
-        a = interval(node.this, bounds)
+        a = interval(node.this, bounds, days)
         return _mul(a, (1.0 / c, 1.0 / c))
     if isinstance(node, exp.Abs):
-        lo, hi = interval(node.this, bounds)
+        lo, hi = interval(node.this, bounds, days)
         if lo >= 0:
             return lo, hi
         if hi <= 0:
@@ -191,30 +265,30 @@ def interval(node: exp.Expression, bounds: Callable[[str], Interval | None]) -> 
         # least (GREATEST) every non-NULL one. An argument that may be NULL can drop out, so its
         # bound on the far side holds only for the arguments that are never NULL (literals)
         args = [node.this, *node.expressions]
-        parts = [interval(e, bounds) for e in args]
+        parts = [interval(e, bounds, days) for e in args]
         fixed = [p for e, p in zip(args, parts) if _never_null(e)]
         if isinstance(node, exp.Greatest):
             return max([min(p[0] for p in parts), *(p[0] for p in fixed)]), max(p[1] for p in parts)
         return min(p[0] for p in parts), min([max(p[1] for p in parts), *(p[1] for p in fixed)])
     if isinstance(node, exp.Coalesce):
-        return _hull([interval(e, bounds) for e in [node.this, *node.expressions]])
+        return _hull([interval(e, bounds, days) for e in [node.this, *node.expressions]])
     if isinstance(node, exp.Case):
         branches = [i.args["true"] for i in node.args.get("ifs") or []]
         default = node.args.get("default")
         if default is not None:
             branches.append(default)
-        parts = [interval(b, bounds) for b in branches if not isinstance(b, exp.Null)]
+        parts = [interval(b, bounds, days) for b in branches if not isinstance(b, exp.Null)]
         if not parts:
             raise NoInterval(node, "every branch of the CASE is NULL")
         return _hull(parts)
     if isinstance(node, exp.If):  # IF(cond, a, b)
-        parts = [interval(b, bounds) for b in (node.args.get("true"), node.args.get("false")) if b is not None
+        parts = [interval(b, bounds, days) for b in (node.args.get("true"), node.args.get("false")) if b is not None
                  and not isinstance(b, exp.Null)]
         if not parts:
             raise NoInterval(node, "every branch of the IF is NULL")
         return _hull(parts)
     if isinstance(node, exp.Nullif):  # the first argument, or NULL (which SUM skips)
-        return interval(node.this, bounds)
+        return interval(node.this, bounds, days)
     if isinstance(node, (exp.Round, exp.Floor, exp.Ceil, exp.Trunc)) and not node.args.get("to") \
             and not node.args.get("expression"):
         digits = node.args.get("decimals")
@@ -222,13 +296,13 @@ def interval(node: exp.Expression, bounds: Callable[[str], Interval | None]) -> 
         if k is None or k < 0 or not float(k).is_integer():
             raise NoInterval(node, f"{_label(node)} has an interval rule only without digits or with whole digits >= 0")
         # x rounded to k >= 0 decimals lies between floor(x) and ceil(x), and floor / ceil are monotone
-        lo, hi = interval(node.this, bounds)
+        lo, hi = interval(node.this, bounds, days)
         return float(math.floor(lo)), float(math.ceil(hi))
     if isinstance(node, exp.Pow):
         k = number(node.expression)
         if k is None or not float(k).is_integer() or not 0 <= k <= MAX_POWER:
             raise NoInterval(node, f"power(x, k) has an interval rule only for a literal whole k from 0 to {MAX_POWER}")
-        lo, hi = interval(node.this, bounds)
+        lo, hi = interval(node.this, bounds, days)
         n = int(k)
         if n % 2 == 1 or lo >= 0:  # monotone on [lo, hi]
             return _power(lo, n), _power(hi, n)
@@ -236,7 +310,7 @@ def interval(node: exp.Expression, bounds: Callable[[str], Interval | None]) -> 
             return _power(hi, n), _power(lo, n)
         return (0.0 if n else 1.0), _power(max(-lo, hi), n)
     if isinstance(node, exp.Cast) and node.to.is_type(*exp.DataType.REAL_TYPES, *exp.DataType.INTEGER_TYPES):
-        lo, hi = interval(node.this, bounds)
+        lo, hi = interval(node.this, bounds, days)
         if node.to.is_type(*exp.DataType.INTEGER_TYPES):  # rounds to an integer: widen by one half
             return math.floor(lo), math.ceil(hi)
         return lo, hi

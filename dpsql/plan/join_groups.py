@@ -55,6 +55,7 @@ from sqlglot import exp
 
 from dpsql.catalog import TableSpec
 from dpsql.plan import ir
+from dpsql.plan.intervals import day_of
 from dpsql.plan.joins import SEP
 from dpsql.plan.parse import quoted, stands_for
 from dpsql.plan.typer import _INT_RANGES, TEMPORAL_ARG, TypeRefusal, parse_type, type_domain, type_key
@@ -76,7 +77,7 @@ def _year_arg(node: exp.Expression) -> exp.Expression | None:
 
 
 def _year_of(v: Any) -> int | None:
-    d = v if isinstance(v, datetime.date) else _day_of(v)
+    d = v if isinstance(v, datetime.date) else day_of(v)
     return None if d is None else d.year
 
 
@@ -220,7 +221,7 @@ def _by_date_only(col: exp.Column) -> bool:
 
 
 def _days(lo_v: Any, hi_v: Any) -> list[datetime.date] | None:
-    lo, hi = _day_of(lo_v), _day_of(hi_v)
+    lo, hi = day_of(lo_v), day_of(hi_v)
     if lo is None or hi is None or not 0 <= (hi - lo).days < MAX_GROUPS:
         return None
     return [lo + datetime.timedelta(days=n) for n in range((hi - lo).days + 1)]
@@ -261,20 +262,6 @@ def _public_values(t: TableSpec, column: str, by_date: bool = False) -> tuple[An
         if not last - first < MAX_GROUPS:
             return None
         return tuple(range(int(first), int(last) + 1))
-    return None
-
-
-def _day_of(v: Any) -> datetime.date | None:
-    """The day of a declared range's end: a date or datetime, or ISO text (None if it reads as neither)."""
-    if isinstance(v, datetime.datetime):
-        return v.date()
-    if isinstance(v, datetime.date):
-        return v
-    if isinstance(v, str):
-        try:
-            return datetime.date.fromisoformat(v[:10])
-        except ValueError:
-            return None
     return None
 
 

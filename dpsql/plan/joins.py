@@ -86,7 +86,7 @@ from dpsql.plan.checks import (
     violation,
     written_name,
 )
-from dpsql.plan.intervals import NoInterval, clamp_argument, clamp_bounds, interval
+from dpsql.plan.intervals import NoInterval, clamp_argument, clamp_bounds, declared_days, interval
 from dpsql.plan.names import (
     alias_order_hint,
     ambiguity_problem,
@@ -665,8 +665,13 @@ class _JoinBuilder:
             kind = parse_type(t.schema.get(col, "")) if t is not None else None
             return t.value_bounds(col) if t is not None and kind is not None and (kind.numeric or kind.kind == "bool") else None
 
+        def days(name: str, cast: bool) -> tuple[float, float] | None:
+            alias, _, col = name.partition(SEP)
+            t = next((i.table for i in self.inputs if i.alias == alias), None)
+            return declared_days(t, col, cast) if t is not None else None
+
         try:
-            lo_hi = interval(value, bounds)
+            lo_hi = interval(value, bounds, days)
         except NoInterval as e:
             why = (f"column '{as_written(e.node).sql(dialect='duckdb')}' has no declared bounds"
                    if isinstance(e.node, exp.Column) else e.message)

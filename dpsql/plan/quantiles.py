@@ -18,6 +18,7 @@ picking a data value does not survive (no data value is ever released as such).
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from sqlglot import exp
@@ -36,6 +37,20 @@ QUANTILE_AGGS: tuple[type[exp.Expression], ...] = (
 _FIX = "write e.g. MEDIAN(col), QUANTILE(col, 0.9) or PERCENTILE_CONT(0.9) WITHIN GROUP (ORDER BY col)"
 
 
+_LIST = "one quantile per call is supported"
+
+
+def _separate(p: exp.Expression | None, call: Callable[[str], str]) -> str | None:
+    """For a list of fractions ``p``: the message naming the same quantiles as separate calls (``call(fraction)``
+    spells one), each a released value of one query; None for anything else."""
+    if not isinstance(p, exp.Array):
+        return None
+    calls = ", ".join(call(e.sql(dialect="duckdb")) for e in p.expressions[:16])
+    return (f"{_LIST}, not a list of fractions (DuckDB's answer would be one list value): write the quantiles as "
+            f"separate aggregates, {calls}{', ...' if len(p.expressions) > 16 else ''}, each released as its own column "
+            "(one query, the budget split between them)")
+
+
 def _fraction(node: exp.Expression | None) -> float | str:
     """A literal p in [0, 1], or why not."""
     if isinstance(node, exp.Neg) and isinstance(node.this, exp.Literal):
@@ -44,7 +59,7 @@ def _fraction(node: exp.Expression | None) -> float | str:
             return p0
         return f"the quantile fraction must lie between 0 and 1, got -{node.this.this}"
     if isinstance(node, exp.Array):
-        return "one quantile per call is supported: write QUANTILE(col, 0.25), QUANTILE(col, 0.75) as separate aggregates"
+        return _LIST
     if not isinstance(node, exp.Literal) or node.is_string:
         return f"the quantile fraction must be a numeric literal between 0 and 1; {_FIX}"
     try:
@@ -66,9 +81,13 @@ def quantile_call(node: exp.Expression) -> tuple[str, exp.Expression, float] | s
         if len(items) != 1 or not isinstance(items[0], exp.Ordered):
             return f"WITHIN GROUP needs exactly one ORDER BY column; {_FIX}"
         p = _fraction(inner.this)
+        col = items[0].this
+        if p == _LIST:
+            name = "percentile_cont" if isinstance(inner, exp.PercentileCont) else "percentile_disc"
+            order = items[0].sql(dialect="duckdb")
+            return _separate(inner.this, lambda f: f"{name}({f}) WITHIN GROUP (ORDER BY {order})") or _LIST
         if isinstance(p, str):
             return p
-        col = items[0].this
         return ir.QUANTILE, col, round(1.0 - p, 12) if items[0].args.get("desc") else p
     if isinstance(node, (exp.Min, exp.Max)):
         if node.expressions or node.args.get("count") is not None:  # MIN(x, n): DuckDB's n smallest values
@@ -79,11 +98,19 @@ def quantile_call(node: exp.Expression) -> tuple[str, exp.Expression, float] | s
         return ir.QUANTILE, node.this, 0.5
     if isinstance(node, exp.Quantile):
         p = _fraction(node.args.get("quantile"))
+        if p == _LIST:
+            name = "approx_quantile" if isinstance(node, exp.ApproxQuantile) else "quantile"
+            col = node.this.sql(dialect="duckdb")
+            return _separate(node.args.get("quantile"), lambda f: f"{name}({col}, {f})") or _LIST
         return p if isinstance(p, str) else (ir.QUANTILE, node.this, p)
     if isinstance(node, (exp.PercentileCont, exp.PercentileDisc)):
         if node.args.get("expression") is None:
             return f"{node.sql_name()}(p) needs WITHIN GROUP (ORDER BY col); {_FIX}"
         p = _fraction(node.args.get("expression"))
+        if p == _LIST:
+            name = "quantile_cont" if isinstance(node, exp.PercentileCont) else "quantile_disc"
+            col = node.this.sql(dialect="duckdb")
+            return _separate(node.args.get("expression"), lambda f: f"{name}({col}, {f})") or _LIST
         return p if isinstance(p, str) else (ir.QUANTILE, node.this, p)
     return f"unsupported quantile aggregate; {_FIX}"
 

@@ -344,6 +344,9 @@ ALLOW_LIST: tuple[FuncSpec, ...] = (
              "would (months clamp to the month's end; a result outside years 1..9999 is refused); on a column "
              "(`ship_date - INTERVAL 2 DAY > order_date`) computed per row, NULL unless the value and its shift both lie "
              "in years 1..9999; one whole unit per INTERVAL (YEAR, QUARTER, MONTH, WEEK, DAY, HOUR, MINUTE, SECOND)"),
+    FuncSpec("- (DATE, DATE)", "DATE, DATE -> BIGINT", "total",
+             "DuckDB's number of days from the second date to the first, rendered date_diff('day', b, a): NULL where either "
+             "is NULL or infinite (DuckDB's `-` gives a number there); two literals are folded by dpsql"),
 )
 
 #: types with no total comparison whose text (CAST AS VARCHAR) is a canonical spelling
@@ -1156,8 +1159,10 @@ class Typer:
                 parent,
                 f"arithmetic needs numbers, got {r.type if r.type.kind != 'strlit' else 'a string'}"
                 + ("; write CAST(col AS DOUBLE) (a value that does not convert is then NULL)" if r.type.kind == "varchar" else "")
-                + ("; shift a date or timestamp by an INTERVAL (d + INTERVAL 1 DAY), and compare it with a shifted literal "
-                   "instead of subtracting dates (d > DATE '2024-12-31' - INTERVAL 30 DAY)"
+                + ("; shift a date or timestamp by an INTERVAL (d + INTERVAL 1 DAY), compare it with a shifted literal "
+                   "(ts > TIMESTAMP '2024-12-31' - INTERVAL 30 DAY), or subtract two DATEs for a number of days "
+                   + (f"(CAST({node.sql(dialect='duckdb') if isinstance(node, exp.Column) else 'ts'} AS DATE) - DATE '2024-01-01')"
+                      if r.type.kind == "timestamp" else "(d - DATE '2024-01-01')")
                    if r.type.kind in ("date", "timestamp") else ""),
             )
         return r
@@ -1234,6 +1239,9 @@ class Typer:
         days = self._date_days(node)
         if days is not None:
             return days
+        between = self._days_between(node)
+        if between is not None:
+            return between
         a, b = self._numeric(node.this, node), self._numeric(node.expression, node)
         cls = type(node)
         nulls = [isinstance(n, exp.Null) for n in (node.this, node.expression)]
@@ -1304,6 +1312,31 @@ class Typer:
             shifted = self._shift_value(r, 0, dt.timedelta(days=n), node)
             return Typed(_cast(shifted.expr, DATE, try_=False), DATE)
         return None
+
+    def _days_between(self, node: exp.Expression) -> Typed | None:
+        """``DATE - DATE``: DuckDB's BIGINT number of days from the second to the first (NULL where either is
+        NULL). Two literals are folded here; otherwise rendered ``date_diff('day', b, a)``, which is total: it
+        is NULL for an infinite date (where DuckDB's ``-`` gives a number), and two finite dates (32-bit day
+        numbers) lie at most 2^32 days apart, a BIGINT (the bound the typer proves). None for anything else."""
+        if not isinstance(node, exp.Sub):
+            return None
+        a = self._operand(node.this)
+        if a.type.kind != "date":
+            self._operands[id(node.this)] = (node.this, a)
+            return None
+        b = self._operand(node.expression)
+        if b.type.kind != "date":
+            self._operands[id(node.this)] = (node.this, a)
+            self._operands[id(node.expression)] = (node.expression, b)
+            return None
+        if a.literal and b.literal:
+            if a.value is None or b.value is None:
+                return Typed(_cast(exp.Null(), BIGINT, try_=False), BIGINT)
+            v = (a.value - b.value).days
+            return Typed(typed_literal(v, BIGINT), BIGINT, True, v, bounds=(v, v))
+        diff = exp.DateDiff(this=self.coerce(a, DATE, node), expression=self.coerce(b, DATE, node),
+                            unit=exp.var("DAY"))
+        return Typed(diff, BIGINT, bounds=(-(2**32), 2**32))
 
     def _shift_literal(self, node: exp.Expression) -> Typed:
         """``DATE/TIMESTAMP literal +/- INTERVAL n unit`` (or ``INTERVAL ... + literal``), folded here into
