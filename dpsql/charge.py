@@ -164,12 +164,18 @@ def charged(ledger: Ledger, backend: Any, entry: int, what: str) -> Iterator[Non
             failure = after
         withhold(e)
     finally:
-        pad = settings.min_response_time - (time.monotonic() - start)
-        if pad > 0:
+        # A signal (Ctrl-C, SIGTERM) that stopped the read leaves the run to sleep to its padded time; so does the
+        # first one that lands while the run sleeps (the read had ended): either way the run ends at the padded time,
+        # so when it answers an interrupt does not tell whether the read had ended. A second signal ends it at once.
+        signalled = failure is not None and not isinstance(failure, Exception)
+        while (pad := settings.min_response_time - (time.monotonic() - start)) > 0:
             try:
                 time.sleep(pad)
-            except BaseException as e:  # Ctrl-C or SIGTERM while padding: the run ends here, its entry is marked failed
+            except BaseException as e:  # Ctrl-C or SIGTERM while padding: the run fails, its entry is marked failed
                 failure = e
+                if signalled:
+                    break
+                signalled = True
     if failure is not None:
         marked = True
         try:
@@ -178,7 +184,8 @@ def charged(ledger: Ledger, backend: Any, entry: int, what: str) -> Iterator[Non
             marked = False
         if not isinstance(failure, Exception):  # Ctrl-C, SIGTERM: the caller can say which entry its charge is
             failure.ledger_entry = (entry, "failed" if marked else "reserved")  # type: ignore[attr-defined]
-        raise failure from None
+        # (without the frames it was raised through: where a signal landed, in the read or in the padding, is not shown)
+        raise failure.with_traceback(None) from None
 
 
 def withhold(e: BaseException) -> None:

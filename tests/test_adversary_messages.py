@@ -1,0 +1,200 @@
+"""What an analyst observes besides the released values, on neighbouring datasets: the text of errors (with their
+chained causes and arguments), warnings, log records, and when an interrupted query returns.
+
+* Errors: one person's value that DuckDB itself would quote (a cast of text that fails) appears in no exception
+  text, ``repr``, ``args``, chained cause or context, warning or log record, and the outcome is the same with and
+  without that person (negative control: DuckDB's own error quotes it).
+* Interrupts: with ``min_response_time`` set, a query interrupted by the analyst (Ctrl-C, SIGTERM under the CLI)
+  returned at once when its read had finished and the run was sleeping to its padded time, but only at the padded
+  time when the read was still running (the interrupt stops the read, then the run sleeps to its pad). So the moment
+  the interrupt was answered told whether the read had finished by then, which is what the pad hides: measured with
+  a pad of 3 s and Ctrl-C after 1 s, a SUM over 1 000 people answered the interrupt after 1.005 s, and over the same
+  people and one more holding 2 million rows after 3.13 s (uninterrupted, both answered in 3.3-3.4 s).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import threading
+import time
+import traceback
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pytest
+
+import dpsql
+from dpsql.testing import use_noise, zero_noise
+
+SECRET = "Zq7SECRETVALUE"
+
+
+def _people(with_person: bool) -> pa.Table:
+    n = 30
+    uid = list(range(1, n + 1))
+    note = ["12"] * n
+    amount = [float(i % 10) for i in range(n)]
+    if with_person:
+        uid.append(10_000)
+        note.append(SECRET)
+        amount.append(1e300)
+    return pa.table({"uid": pa.array(uid, pa.int64()), "note": note, "amount": amount})
+
+
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.texts: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.texts.append(f"{record.name}:{record.levelno}:{record.getMessage()}")
+
+
+@contextlib.contextmanager
+def _all_logs() -> Iterator[_Records]:
+    """Every logger at DEBUG, recorded (the levels given back afterwards)."""
+    rec = _Records()
+    root = logging.getLogger()
+    loggers = [root, *(logging.getLogger(n) for n in list(logging.root.manager.loggerDict))]
+    levels = [lg.level for lg in loggers]
+    root.addHandler(rec)
+    for lg in loggers:
+        lg.setLevel(logging.DEBUG)
+    try:
+        yield rec
+    finally:
+        root.removeHandler(rec)
+        for lg, lvl in zip(loggers, levels, strict=True):
+            lg.setLevel(lvl)
+
+
+def _chain(e: BaseException) -> list[tuple[str, ...]]:
+    """Class, text, repr, args and attributes of ``e`` and of every exception chained to it."""
+    out, seen, stack = [], set(), [e]
+    while stack:
+        cur = stack.pop()
+        if cur is None or id(cur) in seen:
+            continue
+        seen.add(id(cur))
+        out.append((type(cur).__name__, str(cur), repr(cur), repr(cur.args), repr(getattr(cur, "__dict__", {}))))
+        stack += [cur.__context__, cur.__cause__]
+    return out
+
+
+def _observe(with_person: bool, sql: str) -> dict[str, Any]:
+    """Everything the caller sees of ``sql`` except the released values."""
+    seen: dict[str, Any] = {}
+    with _all_logs() as logs, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        s = dpsql.Session(budget=dpsql.Budget(10.0, 1e-3))
+        try:
+            use_noise(s, zero_noise(3))
+            s.register("t", _people(with_person), privacy_unit="uid", columns={"amount": {"bounds": (0, 10)}})
+            try:
+                r = s.query(sql, epsilon=1.0, delta=1e-6)
+                seen["schema"] = str(r.table.schema)
+                seen["details"] = repr(r.details)
+            except Exception as e:  # noqa: BLE001 - compared below
+                seen["error"] = _chain(e)
+                seen["traceback"] = "".join(traceback.format_exception(e))
+            seen["history"] = [(h["status"], h["mechanism"], h["query"], h["params"]) for h in s.history().to_pylist()]
+        finally:
+            s.close()
+    seen["warnings"] = [f"{w.category.__name__}: {w.message}" for w in caught]
+    seen["logs"] = logs.texts
+    return seen
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT COUNT(*) FROM t WHERE CAST(note AS INTEGER) > 3",
+    "SELECT COUNT(*) FROM t WHERE CAST(note AS DATE) > DATE '2020-01-01'",
+    "SELECT COUNT(*) FROM t WHERE CAST(note AS BOOLEAN)",
+    "SELECT SUM(amount) FROM t WHERE CAST(note AS DECIMAL(4, 1)) > 1",
+    "SELECT note, COUNT(*) FROM t GROUP BY note",
+])
+def test_one_persons_value_is_in_no_error_warning_or_log_and_changes_no_outcome(sql: str) -> None:
+    without, with_person = _observe(False, sql), _observe(True, sql)
+    assert SECRET not in repr(with_person)
+    assert "error" not in with_person
+    assert {k: v for k, v in without.items() if k != "traceback"} == {k: v for k, v in with_person.items()
+                                                                      if k != "traceback"}
+
+
+def test_negative_control_duckdb_itself_quotes_the_value_only_with_that_person() -> None:
+    """The comparison above can fail: DuckDB's own CAST fails, quoting the value, exactly where the person is."""
+    def raw(with_person: bool) -> str:
+        con = duckdb.connect()
+        con.register("t", _people(with_person))
+        try:
+            con.execute("SELECT COUNT(*) FROM t WHERE CAST(note AS INTEGER) > 3").fetchall()
+            return "answered"
+        except duckdb.Error as e:
+            return "".join(traceback.format_exception(e))
+        finally:
+            con.close()
+
+    assert raw(False) == "answered"
+    assert SECRET in raw(True)
+
+
+# -- interrupts while the run is padded to min_response_time -----------------------------------------------------
+
+PAD = 1.2
+AT = 0.35  # when the interrupt arrives: after a fast read has ended, during a slow one
+
+
+def _interrupted_after(python_sigint: Any, monkeypatch: pytest.MonkeyPatch, read_seconds: float) -> tuple[float, str]:
+    """Seconds until an interrupt sent ``AT`` s into a query returns, and where it landed (the read or after it). A
+    read of ``read_seconds`` stands for one person's rows making the private read longer (a real read: 1 s against
+    0.05 s for one person's 2 million rows, module docstring)."""
+    import dpsql.session
+
+    real = dpsql.session.backends.fetch_bounded
+    landed: list[str] = []
+
+    def fetch(engine: Any, ast: Any) -> Any:
+        out = real(engine, ast)
+        try:
+            time.sleep(max(0.0, read_seconds))
+        except KeyboardInterrupt:
+            landed.append("during the read")
+            raise
+        landed.append("after the read")
+        return out
+
+    monkeypatch.setattr(dpsql.session.backends, "fetch_bounded", fetch)
+    s = dpsql.Session(budget=dpsql.Budget(10.0, 1e-3), engine={"min_response_time": PAD})
+    try:
+        s.register("t", _people(False), privacy_unit="uid", columns={"amount": {"bounds": (0, 10)}})
+        timer = threading.Timer(AT, os.kill, (os.getpid(), signal.SIGINT))
+        start = time.monotonic()
+        timer.start()
+        try:
+            with pytest.raises(KeyboardInterrupt) as e:
+                s.query("SELECT SUM(amount) FROM t", epsilon=0.5, delta=1e-6)
+            took = time.monotonic() - start
+        finally:
+            timer.join()
+        assert e.value.ledger_entry == (1, "failed")  # type: ignore[attr-defined]
+        assert [h["status"] for h in s.history().to_pylist()] == ["failed"]
+    finally:
+        s.close()
+        monkeypatch.undo()
+    return took, landed[0]
+
+
+def test_an_interrupt_returns_at_the_padded_time_whether_the_read_had_ended_or_not(python_sigint: Any,
+                                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    fast, where_fast = _interrupted_after(python_sigint, monkeypatch, 0.0)
+    slow, where_slow = _interrupted_after(python_sigint, monkeypatch, 3 * PAD)
+    # control: the interrupt found the two runs in different states (a read that had ended, one still running)
+    assert (where_fast, where_slow) == ("after the read", "during the read")
+    # before: the fast read's run answered the interrupt at once (about AT s), the slow one at the pad (PAD s)
+    assert PAD - 0.05 <= fast < PAD + 1.0, fast
+    assert PAD - 0.05 <= slow < PAD + 1.0, slow
