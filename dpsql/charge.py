@@ -183,6 +183,11 @@ def charged(ledger: Ledger, backend: Any, entry: int, what: str) -> Iterator[Non
         except LedgerError:
             marked = False
         if not isinstance(failure, Exception):  # Ctrl-C, SIGTERM: the caller can say which entry its charge is
+            # the same exception wherever the signal landed (in the read, or in the padding once the read had ended):
+            # no chained exception, attribute or text of the place it was raised
+            withhold(failure)
+            failure.args = (failure.code,) if isinstance(failure, SystemExit) and failure.code is not None else ()
+            failure.__context__ = failure.__cause__ = None
             failure.ledger_entry = (entry, "failed" if marked else "reserved")  # type: ignore[attr-defined]
         # (without the frames it was raised through: where a signal landed, in the read or in the padding, is not shown)
         raise failure.with_traceback(None) from None

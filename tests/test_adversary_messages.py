@@ -9,7 +9,9 @@ chained causes and arguments), warnings, log records, and when an interrupted qu
   time when the read was still running (the interrupt stops the read, then the run sleeps to its pad). So the moment
   the interrupt was answered told whether the read had finished by then, which is what the pad hides: measured with
   a pad of 3 s and Ctrl-C after 1 s, a SUM over 1 000 people answered the interrupt after 1.005 s, and over the same
-  people and one more holding 2 million rows after 3.13 s (uninterrupted, both answered in 3.3-3.4 s).
+  people and one more holding 2 million rows after 3.13 s (uninterrupted, both answered in 3.3-3.4 s). The
+  interrupt raised also differed: ``KeyboardInterrupt('<withheld>')`` (its text withheld as a failure's) where it
+  stopped the read, ``KeyboardInterrupt()`` where it landed in the padding.
 """
 
 from __future__ import annotations
@@ -149,7 +151,8 @@ PAD = 1.2
 AT = 0.35  # when the interrupt arrives: after a fast read has ended, during a slow one
 
 
-def _interrupted_after(python_sigint: Any, monkeypatch: pytest.MonkeyPatch, read_seconds: float) -> tuple[float, str]:
+def _interrupted_after(python_sigint: Any, monkeypatch: pytest.MonkeyPatch,
+                       read_seconds: float) -> tuple[float, str, tuple[Any, ...]]:
     """Seconds until an interrupt sent ``AT`` s into a query returns, and where it landed (the read or after it). A
     read of ``read_seconds`` stands for one person's rows making the private read longer (a real read: 1 s against
     0.05 s for one person's 2 million rows, module docstring)."""
@@ -182,19 +185,24 @@ def _interrupted_after(python_sigint: Any, monkeypatch: pytest.MonkeyPatch, read
         finally:
             timer.join()
         assert e.value.ledger_entry == (1, "failed")  # type: ignore[attr-defined]
+        shown = (type(e.value).__name__, repr(e.value), e.value.args, _chain(e.value), sorted(vars(e.value)),
+                 e.value.__suppress_context__, [f.name for f in traceback.extract_tb(e.value.__traceback__)])
         assert [h["status"] for h in s.history().to_pylist()] == ["failed"]
     finally:
         s.close()
         monkeypatch.undo()
-    return took, landed[0]
+    return took, landed[0], shown
 
 
 def test_an_interrupt_returns_at_the_padded_time_whether_the_read_had_ended_or_not(python_sigint: Any,
                                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    fast, where_fast = _interrupted_after(python_sigint, monkeypatch, 0.0)
-    slow, where_slow = _interrupted_after(python_sigint, monkeypatch, 3 * PAD)
+    fast, where_fast, shown_fast = _interrupted_after(python_sigint, monkeypatch, 0.0)
+    slow, where_slow, shown_slow = _interrupted_after(python_sigint, monkeypatch, 3 * PAD)
     # control: the interrupt found the two runs in different states (a read that had ended, one still running)
     assert (where_fast, where_slow) == ("after the read", "during the read")
     # before: the fast read's run answered the interrupt at once (about AT s), the slow one at the pad (PAD s)
     assert PAD - 0.05 <= fast < PAD + 1.0, fast
     assert PAD - 0.05 <= slow < PAD + 1.0, slow
+    # and the interrupt itself is the same (it was KeyboardInterrupt('<withheld>') where it stopped the read, its
+    # text withheld as a failure's, and KeyboardInterrupt() where it landed in the padding)
+    assert shown_fast == shown_slow
