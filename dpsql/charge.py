@@ -141,7 +141,13 @@ def charged(ledger: Ledger, backend: Any, entry: int, what: str) -> Iterator[Non
     start = time.monotonic()
     settings = backend.settings
     failure: BaseException | None = None
+    # With a pad, the engine is held until the run ends: a request of another thread that needs it (a free explain's
+    # bind check, another query's) waits for the padded end, not for the end of the read (which it would time)
+    held = getattr(backend, "_lock", None) if settings.min_response_time > 0 else None
+    entered = False
     try:
+        if held is not None:
+            entered = held.__enter__() or True
         yield
     except BaseException as e:
         if not isinstance(e, Exception):  # KeyboardInterrupt / SystemExit: keep them
@@ -176,6 +182,8 @@ def charged(ledger: Ledger, backend: Any, entry: int, what: str) -> Iterator[Non
                 if signalled:
                     break
                 signalled = True
+        if entered and held is not None:
+            held.__exit__(None, None, None)
     if failure is not None:
         marked = True
         try:
