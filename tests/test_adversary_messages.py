@@ -151,20 +151,25 @@ def test_negative_control_duckdb_itself_quotes_the_value_only_with_that_person()
 # -- interrupts while the run is padded to min_response_time -----------------------------------------------------
 
 PAD = 1.2
-AT = 0.35  # when the interrupt arrives: after a fast read has ended, during a slow one
+AT = 0.15  # when the interrupt (or another thread's request) arrives, from the read's start: after a fast read has
+# ended, during a slow one
 
 
 def _interrupted_after(python_sigint: Any, monkeypatch: pytest.MonkeyPatch,
                        read_seconds: float) -> tuple[float, str, tuple[Any, ...]]:
-    """Seconds until an interrupt sent ``AT`` s into a query returns, and where it landed (the read or after it). A
-    read of ``read_seconds`` stands for one person's rows making the private read longer (a real read: 1 s against
-    0.05 s for one person's 2 million rows, module docstring)."""
+    """Seconds until an interrupt sent ``AT`` s into the private read of a query returns, where it landed (the read
+    or after it), and the exception as the caller sees it. A read of ``read_seconds`` stands for one person's rows
+    making the private read longer (a real read: over 1 s against 0.05 s for one person's 2 million rows, module
+    docstring)."""
     import dpsql.session
 
     real = dpsql.session.backends.fetch_bounded
     landed: list[str] = []
+    timers: list[threading.Timer] = []
 
     def fetch(engine: Any, ast: Any) -> Any:
+        timers.append(threading.Timer(AT, os.kill, (os.getpid(), signal.SIGINT)))
+        timers[0].start()
         out = real(engine, ast)
         try:
             time.sleep(max(0.0, read_seconds))
@@ -178,15 +183,14 @@ def _interrupted_after(python_sigint: Any, monkeypatch: pytest.MonkeyPatch,
     s = dpsql.Session(budget=dpsql.Budget(10.0, 1e-3), engine={"min_response_time": PAD})
     try:
         s.register("t", _people(False), privacy_unit="uid", columns={"amount": {"bounds": (0, 10)}})
-        timer = threading.Timer(AT, os.kill, (os.getpid(), signal.SIGINT))
         start = time.monotonic()
-        timer.start()
         try:
             with pytest.raises(KeyboardInterrupt) as e:
                 s.query("SELECT SUM(amount) FROM t", epsilon=0.5, delta=1e-6)
             took = time.monotonic() - start
         finally:
-            timer.join()
+            for t in timers:
+                t.join()
         assert e.value.ledger_entry == (1, "failed")  # type: ignore[attr-defined]
         shown = (type(e.value).__name__, repr(e.value), e.value.args, _chain(e.value), sorted(vars(e.value)),
                  e.value.__suppress_context__, [f.name for f in traceback.extract_tb(e.value.__traceback__)])
@@ -214,15 +218,17 @@ def test_an_interrupt_returns_at_the_padded_time_whether_the_read_had_ended_or_n
 # -- a free request of another thread while a padded run reads ---------------------------------------------------
 
 def _explain_finished_at(monkeypatch: pytest.MonkeyPatch, read_seconds: float) -> float:
-    """When (seconds from the query's start) a free ``explain``, asked from another thread ``AT`` s into a query padded
-    to ``PAD`` s, returned. A read of ``read_seconds`` holds the engine as a private read does (one person's rows
-    making it longer: 5.0 s against under 0.2 s for one person's 2 million rows, measured with a 6 s pad)."""
+    """When (seconds from the query's start) a free ``explain``, asked from another thread ``AT`` s into the private
+    read of a query padded to ``PAD`` s, returned. A read of ``read_seconds`` holds the engine as a private read does
+    (one person's rows making it longer: 5.0 s against under 0.2 s for one person's 2 million rows, with a 6 s pad)."""
     import dpsql.session
 
     real = dpsql.session.backends.fetch_bounded
+    reading = threading.Event()
 
     def fetch(engine: Any, ast: Any) -> Any:
         with engine._lock:  # as DuckDBBackend.fetch_arrow holds it for the read
+            reading.set()
             out = real(engine, ast)
             time.sleep(read_seconds)
         return out
@@ -234,6 +240,7 @@ def _explain_finished_at(monkeypatch: pytest.MonkeyPatch, read_seconds: float) -
         s.register("t", _people(False), privacy_unit="uid", columns={"amount": {"bounds": (0, 10)}})
 
         def probe() -> None:
+            assert reading.wait(30)
             time.sleep(AT)
             # a query not asked before (no remembered bind check), as an analyst would vary it
             s.explain("SELECT COUNT(*) FROM t WHERE amount > 7", epsilon=0.5, delta=1e-6)
