@@ -141,7 +141,14 @@ def charged(ledger: Ledger, backend: Any, entry: int, what: str) -> Iterator[Non
     start = time.monotonic()
     settings = backend.settings
     failure: BaseException | None = None
+    # With a pad, the engine is held until the run ends: a request of another thread that needs it (a free explain's
+    # bind check, another query's) waits for the padded end, not for the end of the read (which it would time)
+    held = getattr(backend, "_lock", None) if settings.min_response_time > 0 else None
+    entered = False
     try:
+        if held is not None:
+            entered = held.__enter__() or True
+            start = time.monotonic()  # the pad from here: the wait for another run's padded end does not use it up
         yield
     except BaseException as e:
         if not isinstance(e, Exception):  # KeyboardInterrupt / SystemExit: keep them
@@ -164,12 +171,20 @@ def charged(ledger: Ledger, backend: Any, entry: int, what: str) -> Iterator[Non
             failure = after
         withhold(e)
     finally:
-        pad = settings.min_response_time - (time.monotonic() - start)
-        if pad > 0:
+        # A signal (Ctrl-C, SIGTERM) that stopped the read leaves the run to sleep to its padded time; so does the
+        # first one that lands while the run sleeps (the read had ended): either way the run ends at the padded time,
+        # so when it answers an interrupt does not tell whether the read had ended. A second signal ends it at once.
+        signalled = failure is not None and not isinstance(failure, Exception)
+        while (pad := settings.min_response_time - (time.monotonic() - start)) > 0:
             try:
                 time.sleep(pad)
-            except BaseException as e:  # Ctrl-C or SIGTERM while padding: the run ends here, its entry is marked failed
+            except BaseException as e:  # Ctrl-C or SIGTERM while padding: the run fails, its entry is marked failed
                 failure = e
+                if signalled:
+                    break
+                signalled = True
+        if entered and held is not None:
+            held.__exit__(None, None, None)
     if failure is not None:
         marked = True
         try:
@@ -177,8 +192,14 @@ def charged(ledger: Ledger, backend: Any, entry: int, what: str) -> Iterator[Non
         except LedgerError:
             marked = False
         if not isinstance(failure, Exception):  # Ctrl-C, SIGTERM: the caller can say which entry its charge is
+            # the same exception wherever the signal landed (in the read, or in the padding once the read had ended):
+            # no chained exception, attribute or text of the place it was raised
+            withhold(failure)
+            failure.args = (failure.code,) if isinstance(failure, SystemExit) and failure.code is not None else ()
+            failure.__context__ = failure.__cause__ = None
             failure.ledger_entry = (entry, "failed" if marked else "reserved")  # type: ignore[attr-defined]
-        raise failure from None
+        # (without the frames it was raised through: where a signal landed, in the read or in the padding, is not shown)
+        raise failure.with_traceback(None) from None
 
 
 def withhold(e: BaseException) -> None:
