@@ -1989,6 +1989,12 @@ def _main(argv: Sequence[str] | None) -> int:
         elif getattr(args, "ledger_where", None) == "$DPSQL_LEDGER" and text.startswith("no budget ledger at "):
             first, _, rest = text.partition("\n")  # a stale variable in a job's environment: say where the path came from
             text = f"{first} (named by $DPSQL_LEDGER; --ledger PATH or a config's [ledger] path comes first)\n{rest}"
+        elif (isinstance(e, LedgerError) and getattr(args, "ledger_where", None) in ("--ledger", "$DPSQL_LEDGER")
+              and " is not a dpsql budget ledger: " in text.partition("\n")[0]):
+            first, _, rest = text.partition("\n")  # (a data file given by mistake: say which setting named it)
+            text = (f"{first} (named by {args.ledger_where})\n"
+                    + rest.replace("pass the path of your ledger file", f"give {args.ledger_where} the path of your ledger file"
+                                   if args.ledger_where == "--ledger" else "point $DPSQL_LEDGER at your ledger file"))
         print(f"error: {name}: {_cli_text(text)}", file=sys.stderr)
         if getattr(args, "debug_on", False) and isinstance(e, ExecutionError) and e.debug_detail:
             print(f"debug: {e.debug_detail}", file=sys.stderr)
