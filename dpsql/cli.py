@@ -76,6 +76,9 @@ def _common(p: argparse.ArgumentParser, *, sub: bool = False) -> None:
                    help="public key values of a column: GROUP BY it releases every one (repeatable)")
     g.add_argument("--bins", action="append", default=d([]), metavar="NAME.COL=LO:HI:N",
                    help="ordered domain of a column for range counts and histograms (DAWA), N bins (repeatable)")
+    g.add_argument("--type", action="append", default=d([]), metavar="NAME.COL=TYPE",
+                   help="the type of a CSV column (read as VARCHAR otherwise), e.g. events.amount=DOUBLE: BOOLEAN, INTEGER, "
+                   "BIGINT, DOUBLE, DECIMAL(p,s), DATE, TIMESTAMP, ... (repeatable)")
     g.add_argument("--public", action="append", default=d([]), metavar="NAME", help="a --table that holds no person (joined freely)")
     g.add_argument("--reference", action="append", default=d([]), metavar="NAME.COL=TABLE.COL",
                    help="a foreign key of a --table (its target is a key; repeatable)")
@@ -345,10 +348,10 @@ def _once(parser: argparse.ArgumentParser, seen: dict[str, str]) -> None:
 
 
 #: the per-table flags whose NAME is TABLE.COLUMN, and an example of each flag (a refusal of an empty NAME shows it)
-_COLUMN_FLAGS = ("--bounds", "--domain", "--bins", "--reference", "--degree-bound")
+_COLUMN_FLAGS = ("--bounds", "--domain", "--bins", "--type", "--reference", "--degree-bound")
 _KV_EXAMPLE = {"--table": "events=events.parquet", "--privacy-unit": "events=user_id", "--max-groups": "events=5",
                "--max-rows": "events=1", "--bounds": "events.amount=0:100", "--domain": "events.country=US,FR,DE",
-               "--bins": "events.age=0:120:120", "--reference": "orders.o_custkey=customer.c_custkey",
+               "--bins": "events.age=0:120:120", "--type": "events.amount=DOUBLE", "--reference": "orders.o_custkey=customer.c_custkey",
                "--degree-bound": "orders.o_custkey=16", "--max-table-rows": "orders=1500000", "--option": "tau=10"}
 
 
@@ -505,7 +508,8 @@ def _check_owner_config(args: argparse.Namespace) -> None:
 
     flags = [f for f, v in (("--table", args.table), ("--privacy-unit", args.privacy_unit), ("--max-groups", args.max_groups),
                             ("--max-rows", args.max_rows), ("--bounds", getattr(args, "bounds", None)),
-                            ("--domain", getattr(args, "domain", None)), ("--bins", getattr(args, "bins", None)), ("--ledger", args.ledger),
+                            ("--domain", getattr(args, "domain", None)), ("--bins", getattr(args, "bins", None)),
+                            ("--type", getattr(args, "type", None)), ("--ledger", args.ledger),
                             ("--public", getattr(args, "public", None)), ("--reference", getattr(args, "reference", None)),
                             ("--degree-bound", getattr(args, "degree_bound", None)),
                             ("--max-table-rows", getattr(args, "max_table_rows", None)),
@@ -570,7 +574,13 @@ def _open_session(args: argparse.Namespace, *, ledger: bool = True) -> Any:
         groups = _kv(args.max_groups, "--max-groups")
         rows = _kv(args.max_rows, "--max-rows")
         bounds: dict[str, dict[str, Any]] = {}
+        said: dict[tuple[str, str], list[str]] = {}  # (table, column): the per-column flags that name it, as given
+
+        def note(flag: str, k: str, v: str) -> None:
+            said.setdefault(tuple(k.partition(".")[::2]), []).append(f"{flag} {k}={v}")  # type: ignore[arg-type]
+
         for k, v in _kv(args.bounds, "--bounds").items():
+            note("--bounds", k, v)
             t, _, c = k.partition(".")
             parts = v.split(":")
             if len(parts) != 2 or not c:
@@ -580,12 +590,14 @@ def _open_session(args: argparse.Namespace, *, ledger: bool = True) -> Any:
                 raise ConfigError(f"--bounds {k}={v} is refused: LO must be at most HI", hint=f"e.g. --bounds {k}={parts[1]}:{parts[0]}")
             bounds.setdefault(t, {}).setdefault(c, {})["bounds"] = (lo, hi)
         for k, v in _kv(args.domain, "--domain").items():
+            note("--domain", k, v)
             t, _, c = k.partition(".")
             values = [x.strip() for x in v.split(",") if x.strip()]
             if not c or not values:
                 raise ConfigError(f"--domain expects NAME.COL=A,B,C, got {k}={v}", hint="e.g. --domain events.country=US,FR,DE")
             bounds.setdefault(t, {}).setdefault(c, {})["domain"] = values  # as typed: read by the column's type
         for k, v in _kv(args.bins, "--bins").items():
+            note("--bins", k, v)
             t, _, c = k.partition(".")
             parts = v.split(":")
             if len(parts) != 3 or not c:
@@ -610,9 +622,15 @@ def _open_session(args: argparse.Namespace, *, ledger: bool = True) -> Any:
             if not ascending:
                 raise ConfigError(f"--bins {k}={v} is refused: LO must be below HI", hint=example)
             bounds.setdefault(t, {}).setdefault(c, {}).update({"bounds": (blo, bhi), "bins": n})
+        for k, v in _kv(getattr(args, "type", []), "--type").items():
+            t, _, c = k.partition(".")
+            _check_type_flag(t, c, v)
+            note("--type", k, v)
+            bounds.setdefault(t, {}).setdefault(c, {})["type"] = v
         refs: dict[str, dict[str, str]] = {}
         for k, v in _kv(getattr(args, "reference", []), "--reference").items():
             t, _, c = k.partition(".")
+            note("--reference", k, v)
             refs.setdefault(t, {})[c] = v
         degrees: dict[str, dict[str, int]] = {}
         for k, v in _kv(getattr(args, "degree_bound", []), "--degree-bound").items():
@@ -624,10 +642,7 @@ def _open_session(args: argparse.Namespace, *, ledger: bool = True) -> Any:
             sizes[k] = int(_flag_value("--max-table-rows", f"{k}={v}", v, "e.g. --max-table-rows orders=1500000", whole=True, least=1))
         public = {n.strip().lower() for n in getattr(args, "public", []) or []}
         sampling = {n.strip().lower() for n in getattr(args, "allow_conditional_sampling", []) or []}
-        for name in (list(units) + list(groups) + list(rows) + list(bounds) + list(refs) + list(degrees) + list(sizes) + sorted(public)
-                     + sorted(sampling)):
-            if name not in tables:
-                raise ConfigError(f"options name table '{name}' but no --table {name}=PATH was given")
+        _check_flag_tables(args, tables)
         # public tables first, then people, then tables that reference them
         order = sorted(tables, key=lambda n: (n not in public, n not in units, n))
         for name in order:
@@ -636,23 +651,136 @@ def _open_session(args: argparse.Namespace, *, ledger: bool = True) -> Any:
                 raise ConfigError(
                     f"--table {name} needs a privacy unit", hint=f"add --privacy-unit {name}=user_id (or --public {name})"
                 )
-            s.register(
-                name,
-                path,
-                privacy_unit=units.get(name),
-                max_groups_per_unit=_cap("--max-groups", name, groups.get(name, "1")),
-                max_rows_per_group=_cap("--max-rows", name, rows.get(name, "1")),
-                columns=bounds.get(name),
-                references=refs.get(name),
-                public=name in public,
-                degree_bounds=degrees.get(name),
-                allow_conditional_sampling=name in sampling,
-                max_table_rows=sizes.get(name),
-            )
+            try:
+                s.register(
+                    name,
+                    path,
+                    privacy_unit=units.get(name),
+                    max_groups_per_unit=_cap("--max-groups", name, groups.get(name, "1")),
+                    max_rows_per_group=_cap("--max-rows", name, rows.get(name, "1")),
+                    columns=bounds.get(name),
+                    references=refs.get(name),
+                    public=name in public,
+                    degree_bounds=degrees.get(name),
+                    allow_conditional_sampling=name in sampling,
+                    max_table_rows=sizes.get(name),
+                )
+            except ConfigError as e:  # a column the source does not have: the flag that names it
+                _name_column_flags(e, name, path, units.get(name), said)
+                raise
     except BaseException:
         s.close()
         raise
     return s
+
+
+#: the flags whose values name a --table (before '=', or before '.' for a column), and each one's destination
+_TABLE_FLAGS = (("--privacy-unit", "privacy_unit"), ("--max-groups", "max_groups"), ("--max-rows", "max_rows"),
+                ("--bounds", "bounds"), ("--domain", "domain"), ("--bins", "bins"), ("--type", "type"),
+                ("--reference", "reference"), ("--degree-bound", "degree_bound"), ("--max-table-rows", "max_table_rows"),
+                ("--public", "public"), ("--allow-conditional-sampling", "allow_conditional_sampling"))
+
+
+def _registered(tables: Any) -> str:
+    return f"registered with --table: {', '.join(sorted(tables))}" if tables else "no --table was given"
+
+
+def _check_flag_tables(args: argparse.Namespace, tables: dict[str, str]) -> None:
+    """Refuse, naming the flag as given and the tables that are there, a per-table flag whose table has no --table, and a
+    --reference whose target table has none: its refusal came only as the query was planned (a PolicyError), and
+    `dpsql tables` listed the reference as if it held."""
+    import difflib
+
+    from dpsql.errors import ConfigError
+
+    for flag, dest in _TABLE_FLAGS:
+        for item in getattr(args, dest, None) or []:
+            head = item if flag in ("--public", "--allow-conditional-sampling") else item.partition("=")[0]
+            name = (head.partition(".")[0] if flag in _COLUMN_FLAGS else head).strip().lower()
+            if name not in tables:
+                close = difflib.get_close_matches(name, list(tables), n=1, cutoff=0.6)
+                raise ConfigError(f"{flag} {item} names table '{name}', but no --table {name}=PATH was given "
+                                  f"({_registered(tables)}); nothing was charged",
+                                  hint=(f"did you mean '{close[0]}'? " if close else "")
+                                  + f"add --table {name}=PATH, or correct the table name in {flag}")
+    for item in getattr(args, "reference", None) or []:
+        k, _, target = item.partition("=")
+        table, dot, column = target.strip().partition(".")
+        table = table.strip().lower()
+        if not dot or not table or table in tables:
+            continue  # (a target that is not TABLE.COL is refused with the form it needs)
+        close = difflib.get_close_matches(table, list(tables), n=1, cutoff=0.6)
+        raise ConfigError(
+            f"--reference {item} names table '{table}' as its target, but no --table {table}=PATH was given "
+            f"({_registered(tables)}): a reference's target is a registered table; nothing was charged",
+            hint=(f"correct it to --reference {k.strip()}={close[0]}.{column.strip()}, or " if close else "")
+            + f"add --table {table}=PATH with --privacy-unit {table}=COLUMN (or --public {table} for a table that holds "
+            "no person)")
+
+
+#: the column types a CSV column may be declared as (dpsql.engine._duckdb_sources._CSV_TYPES), as --type's refusal lists them
+_CSV_TYPE_NAMES = ("BOOLEAN, TINYINT, SMALLINT, INTEGER, BIGINT, HUGEINT, UTINYINT, USMALLINT, UINTEGER, UBIGINT, FLOAT, "
+                   "DOUBLE, DECIMAL(p,s), DATE, TIME, TIMESTAMP, TIMESTAMPTZ or VARCHAR")
+
+
+def _check_type_flag(table: str, column: str, v: str) -> None:
+    """One --type NAME.COL=TYPE, refused in the flag's terms before anything is read."""
+    from dpsql.engine._duckdb_sources import _CSV_TYPES
+    from dpsql.errors import ConfigError
+
+    item = f"{table}.{column}={v}" if column else f"{table}={v}"
+    if not table or not column:
+        raise ConfigError(f"--type expects NAME.COL=TYPE, got {item}", hint=f"e.g. --type {table or 'events'}.COLUMN={v or 'DOUBLE'}")
+    if not v:
+        raise ConfigError(f"--type {table}.{column}= names no type: the TYPE after '=' is empty",
+                          hint=f"e.g. --type {table}.{column}=DOUBLE (one of {_CSV_TYPE_NAMES})")
+    if not _CSV_TYPES.match(v.strip().upper()):
+        raise ConfigError(f"--type {item} is refused: {v!r} is not a column type a CSV column can be read as",
+                          hint=f"give one of {_CSV_TYPE_NAMES}, e.g. --type {table}.{column}=DOUBLE")
+
+
+def _name_column_flags(e: Any, name: str, path: str, unit: str | None, said: dict[tuple[str, str], list[str]]) -> None:
+    """``e``, a refusal of registering --table ``name``, rewritten in place to name the flags that name the columns it
+    is about: 'table 'e': privacy unit column 'usr_id' does not exist' said nothing of --privacy-unit e=usr_id."""
+    import ast
+
+    prefix = f"table '{name}': "
+    if not e.message.startswith(prefix):
+        return
+
+    def flags(column: str, fk: bool = False) -> str:
+        items = [x for (t, c), xs in said.items() if t == name and (c == column or fk and column in c.split(","))
+                 for x in xs if x.startswith("--reference") == fk]
+        return " and ".join(items) or f"column '{column}'"
+
+    def names(column: str, fk: bool = False) -> str:
+        by = flags(column, fk)
+        return f"{by} {'name' if ' and --' in by else 'names'}"
+
+    rest = e.message[len(prefix):]
+    m = re.fullmatch(r"declared column\(s\) (\[.*\]) are not in the CSV header", rest)
+    n = re.fullmatch(r"column types can be declared for CSV sources only \((\[.*\])\)", rest)
+    if m:
+        cols = ast.literal_eval(m.group(1))
+        text = "; ".join(f"{names(c)} column '{c}', which the CSV header of table {name} does not have" for c in cols)
+    elif n:
+        cols = ast.literal_eval(n.group(1))
+        text = (f"{' and '.join(flags(c) for c in cols)} is refused: the source of table {name} ({path}) is not CSV, and "
+                "Parquet files carry their own column types")
+        e.hint = f"drop --type for table {name} (dpsql describe {name} shows its columns' types)"
+    else:
+        parts = []
+        for problem in rest.split("; "):
+            pm = re.fullmatch(r"(privacy unit|declared|foreign key) column '(.*)' does not exist", problem)
+            if pm is None:
+                return
+            kind, c = pm.groups()
+            by = (f"--privacy-unit {name}={unit} names" if kind == "privacy unit" and unit is not None else
+                  names(c, fk=kind == "foreign key"))
+            parts.append(f"{by} column '{c}', which table {name} ({path}) does not have")
+        text = "; ".join(parts)
+    e.message = text + "; nothing was charged"
+    e.args = (e._render(),)
 
 
 def _engine_settings(args: argparse.Namespace, cfg: Any) -> Any:
@@ -1777,8 +1905,8 @@ def _attach_negative_values(argv: list[str]) -> list[str]:
 
 
 #: flags whose values are text (SQL, names, domain values, a reason), never a file path
-_TEXT_FLAGS = ("sql", "option", "privacy_unit", "max_groups", "max_rows", "bounds", "domain", "bins", "public", "reference",
-               "degree_bound", "max_table_rows", "allow_conditional_sampling", "reason", "group_by", "name")
+_TEXT_FLAGS = ("sql", "option", "privacy_unit", "max_groups", "max_rows", "bounds", "domain", "bins", "type", "public",
+               "reference", "degree_bound", "max_table_rows", "allow_conditional_sampling", "reason", "group_by", "name")
 
 
 def _texts_as_utf8(args: argparse.Namespace) -> None:

@@ -76,3 +76,120 @@ def test_a_ledger_still_keeps_its_queue_file(here: Path, capsys: pytest.CaptureF
     """The negative control: a real ledger's own side files are made and kept as before."""
     assert run(["--ledger", "l.duckdb", "budget"]) == 0
     assert Path(".l.duckdb.queue").exists() and Path(".l.duckdb.generation").exists()
+
+
+# -- 2. CSV column types on the command line --------------------------------------------------------------------------
+
+def test_a_csv_column_type_is_declared_with_a_flag(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """CSV columns are VARCHAR unless typed; the type could be declared only in a config file, so a job with --table had
+    no way to SUM a CSV column. `--type NAME.COL=TYPE`, spelled as --bounds and --domain are."""
+    flags = ["--ledger", "l.duckdb", "--table", "s=s.csv", "--privacy-unit", "s=user_id", "--type", "s.amount=DOUBLE",
+             "--type", "s.day=DATE", "--bounds", "s.amount=0:10"]
+    assert run([*flags, "describe", "s", "--format", "json"]) == 0
+    schema = json.loads(capsys.readouterr().out)["s"]["schema"]
+    assert schema == {"user_id": "VARCHAR", "amount": "DOUBLE", "day": "DATE"}
+    assert run([*flags, "query", "SELECT SUM(amount) AS total FROM s", "--epsilon", "0.5", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["meta"]["column_types"] == ["double"]
+    assert run(["--ledger", "l.duckdb", "--table", "s=s.csv", "--privacy-unit", "s=user_id", "describe", "s",
+                "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["s"]["schema"]["amount"] == "VARCHAR"  # the control: untyped is text
+
+
+def test_the_type_flag_is_in_the_help(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(["query", "--help"]) == 0
+    assert "--type NAME.COL=TYPE" in capsys.readouterr().out
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert "--type NAME.COL=TYPE" in readme
+
+
+@pytest.mark.parametrize("flag,says", [
+    ("s.amount=dbl", ["--type s.amount=dbl", "'dbl' is not a column type", "DOUBLE", "DECIMAL(p,s)"]),
+    ("s.amont=DOUBLE", ["--type s.amont=DOUBLE", "column 'amont'", "does not have", "user_id, amount, day"]),
+    ("s.amount=", ["--type s.amount=", "names no type", "--type s.amount=DOUBLE"]),
+    ("s=DOUBLE", ["--type expects NAME.COL=TYPE", "--type s.COLUMN=DOUBLE"]),
+    ("t.amount=DOUBLE", ["--type t.amount=DOUBLE", "no --table t=PATH", "registered with --table: s"]),
+    ("e.x=DOUBLE", ["--type e.x=DOUBLE", "CSV", "Parquet"]),
+])
+def test_a_refused_type_flag_names_the_flag_and_the_fix(here: Path, capsys: pytest.CaptureFixture[str], flag: str,
+                                                        says: list[str]) -> None:
+    argv = ["--ledger", "l.duckdb", "--table", "s=s.csv", "--privacy-unit", "s=user_id", "--type", flag]
+    if flag.startswith("e."):
+        argv = ["--ledger", "l.duckdb", "--table", "e=e.parquet", "--privacy-unit", "e=user_id", "--type", flag]
+    assert run([*argv, "query", "SELECT COUNT(*) FROM s", "--epsilon", "0.1"]) == 2
+    err = capsys.readouterr().err
+    assert all(s in err for s in says), err
+    assert "Traceback" not in err and "register(" not in err and "columns={" not in err
+    assert _entries(capsys) == []
+
+
+def test_a_config_that_registers_tables_refuses_the_type_flag(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The owner's config declares its tables' types; an analyst's --type would change what a column holds."""
+    Path("c.toml").write_text('[ledger]\npath = "l.duckdb"\n[tables.s]\nsource = "s.csv"\nprivacy_unit = "user_id"\n')
+    assert run(["--config", "c.toml", "--type", "s.amount=DOUBLE", "tables"]) == 2
+    assert "--type cannot be combined with a config that registers tables" in capsys.readouterr().err
+
+
+# -- 3. a --reference to a table that is not registered ---------------------------------------------------------------
+
+@pytest.fixture
+def orders(here: Path) -> list[str]:
+    pq.write_table(pa.table({"o_id": list(range(30)), "o_custkey": [i % 10 for i in range(30)]}), "orders.parquet")
+    pq.write_table(pa.table({"c_custkey": list(range(10))}), "customer.parquet")
+    return ["--ledger", "l.duckdb", "--table", "orders=orders.parquet"]
+
+
+@pytest.mark.parametrize("command", [["query", "SELECT COUNT(*) FROM orders", "--epsilon", "0.1"],
+                                     ["explain", "SELECT COUNT(*) FROM orders", "--epsilon", "0.1"], ["tables"]])
+def test_a_reference_to_a_table_not_registered_is_refused_before_anything(orders: list[str], command: list[str],
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """`--reference orders.o_custkey=customer.c_custkey` without `--table customer=...`: `tables` listed the reference
+    as if it held, and a query was refused only as it was planned, as a PolicyError in the Python API's words."""
+    assert run([*orders, "--reference", "orders.o_custkey=customer.c_custkey", *command]) == 2
+    err = capsys.readouterr().err
+    first, _, hint = err.partition("\nhint: ")
+    assert "--reference orders.o_custkey=customer.c_custkey" in first and "'customer'" in first, err
+    assert "registered with --table: orders" in first, err
+    assert "--table customer=PATH" in hint and "Traceback" not in err and "PolicyError" not in err
+    assert _entries(capsys) == []
+
+
+def test_a_misspelt_reference_target_is_offered_the_registered_name(orders: list[str],
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [*orders, "--table", "customer=customer.parquet", "--privacy-unit", "customer=c_custkey",
+            "--reference", "orders.o_custkey=custmer.c_custkey"]
+    assert run([*argv, "query", "SELECT COUNT(*) FROM orders", "--epsilon", "0.1"]) == 2
+    err = capsys.readouterr().err
+    assert "'custmer'" in err and "customer" in err.partition("hint: ")[2], err
+    assert _entries(capsys) == []
+    argv[-1] = "orders.o_custkey=customer.c_custkey"  # the control: the reference holds once its target is there
+    assert run([*argv, "query", "SELECT COUNT(*) FROM orders", "--epsilon", "0.1"]) == 0
+    assert len(_entries(capsys)) == 1
+
+
+# -- more: what a job meets ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("flags,says", [
+    (["--privacy-unit", "e=usr_id"], "--privacy-unit e=usr_id"),
+    (["--privacy-unit", "e=user_id", "--bounds", "e.y=0:1"], "--bounds e.y=0:1"),
+    (["--privacy-unit", "e=user_id", "--domain", "e.y=1,2"], "--domain e.y=1,2"),
+    (["--privacy-unit", "e=user_id", "--bins", "e.y=0:10:10"], "--bins e.y=0:10:10"),
+])
+def test_a_missing_column_of_a_table_flag_names_the_flag(here: Path, capsys: pytest.CaptureFixture[str], flags: list[str],
+                                                         says: str) -> None:
+    """`--privacy-unit e=usr_id` was 'table 'e': privacy unit column 'usr_id' does not exist', `--bounds e.y=0:1`
+    'declared column 'y' does not exist': neither said which flag to change."""
+    assert run(["--ledger", "l.duckdb", "--table", "e=e.parquet", *flags, "query", "SELECT COUNT(*) FROM e",
+                "--epsilon", "0.1"]) == 2
+    err = capsys.readouterr().err
+    assert says in err.splitlines()[0] and "user_id, x" in err, err
+    assert _entries(capsys) == []
+
+
+def test_a_flag_naming_a_table_not_given_lists_the_tables(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--privacy-unit f=user_id` (a typo of e): 'options name table 'f' but no --table f=PATH was given', with no word
+    of which option, nor of the tables that were given."""
+    assert run(["--ledger", "l.duckdb", "--table", "e=e.parquet", "--privacy-unit", "f=user_id", "query",
+                "SELECT COUNT(*) FROM e", "--epsilon", "0.1"]) == 2
+    err = capsys.readouterr().err
+    assert "--privacy-unit f=user_id" in err and "registered with --table: e" in err, err
+    assert _entries(capsys) == []
