@@ -214,6 +214,30 @@ class _Parser(argparse.ArgumentParser):
         kwargs["allow_abbrev"] = False
         super().__init__(*args, **kwargs)
 
+    #: how writing --help or --version to standard output went: None (not written, or written whole), "closed" (no
+    #: standard output), "gone" (a pipe whose reader has left: `dpsql --help | head -1`) or the OSError of the write
+    help_failed: Any = None
+
+    def _print_message(self, message: str, file: Any = None) -> None:
+        """argparse's, which drops every failure of the write (`dpsql --help > /dev/full` exited 0, the help lost) and
+        prints the help on standard error when standard output is closed; the failure is kept for main() to say."""
+        if not message or (file is not None and file is not sys.stdout):
+            super()._print_message(message, file)
+            return
+        out = sys.stdout
+        if out is None or 1 in _CLOSED_AT_START:
+            _Parser.help_failed = "closed"
+            return
+        try:
+            out.write(message)
+            out.flush()
+        except BrokenPipeError:
+            _Parser.help_failed = "gone"
+            _silence_stdout()
+        except OSError as e:
+            _Parser.help_failed = e
+            _silence_stdout()
+
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
         self.exit(2, f"{self.prog}: error: {message}{self._unknown_flags()}\n")
@@ -260,7 +284,9 @@ def build_parser() -> argparse.ArgumentParser:
         "  (nothing charged: a retry later may succeed), 5 a failure after the charge (the charge stands; the\n"
         "  message says what became of the answer), 130 interrupted by Ctrl-C, 143 by SIGTERM or 129 by\n"
         "  SIGHUP (a charge already made stands), 1 any other failure (nothing charged, unless the\n"
-        "  message is 'unexpected ...': a bug inside the query's run; see dpsql budget --history)",
+        "  message is 'unexpected ...': a bug inside the query's run; see dpsql budget --history);\n"
+        "  standard output that fails as a free command prints (a reader gone, a full disk) is 1; --help\n"
+        "  and --version whose reader left early (dpsql --help | head -1) exit 0",
         epilog=EXAMPLES["main"],
         formatter_class=fmt,
     )
@@ -2013,10 +2039,12 @@ def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     line = _attach_negative_values(sys.argv[1:] if argv is None else list(argv))
     _Parser.argv = line
+    _Parser.help_failed = None
     try:
         args = parser.parse_args(line)
     except SystemExit as e:  # a usage error (2), --help or --version (0): returned, as every other exit code is, to a
-        return e.code if isinstance(e.code, int) else 2 if e.code else 0  # program that calls main(argv) itself
+        code = e.code if isinstance(e.code, int) else 2 if e.code else 0  # program that calls main(argv) itself
+        return code if code or _Parser.help_failed in (None, "gone") else _help_not_written(line, _Parser.help_failed)
     _texts_as_utf8(args)
     if not args.command:  # a usage error: its help goes to stderr, never into the caller's output file
         parser.print_help(sys.stderr)
@@ -2156,6 +2184,20 @@ class _Stopped(KeyboardInterrupt):
     the exact class. CPython marks the interpreter as ended by Ctrl-C when a plain KeyboardInterrupt
     escapes code run from a string (``exec(text)``, as dataclasses do while a module is imported),
     and ``python -m dpsql.cli`` then kills itself with SIGINT on exit, whatever ``main`` returned."""
+
+
+def _help_not_written(line: Sequence[str], failed: Any) -> int:
+    """The exit code of --help or --version that could not be written: a closed standard output is a usage error (2),
+    as for every command that prints; a failed write (a full disk) is 1. A pipe whose reader has left (`dpsql --help |
+    head -1`, `| grep -q`) is no failure: the help is for whoever still reads it (exit 0, said nowhere)."""
+    what = "--version" if "--version" in line else "--help"
+    if failed == "closed":
+        print(f"error: ConfigError: standard output is closed: dpsql {what} would have nowhere to print\n"
+              "hint: run it with standard output open (e.g. dpsql --help | less)", file=sys.stderr)
+        return 2
+    print(f"error: writing stdout failed ({getattr(failed, 'strerror', None) or type(failed).__name__}): the {what} text "
+          "was not written; nothing was charged", file=sys.stderr)
+    return 1
 
 
 def _cwd_gone() -> bool:

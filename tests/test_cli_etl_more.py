@@ -4,14 +4,19 @@ in a per-table flag. Bad input spends no budget and leaves nothing behind."""
 
 from __future__ import annotations
 
+import errno
+import io
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import child_env
 from conftest import run_cli as run
 
 
@@ -164,6 +169,57 @@ def test_a_misspelt_reference_target_is_offered_the_registered_name(orders: list
     argv[-1] = "orders.o_custkey=customer.c_custkey"  # the control: the reference holds once its target is there
     assert run([*argv, "query", "SELECT COUNT(*) FROM orders", "--epsilon", "0.1"]) == 0
     assert len(_entries(capsys)) == 1
+
+
+# -- 4. --help and --version into a pipe whose reader has gone -------------------------------------------------------
+
+def _pipe_without_reader(monkeypatch: pytest.MonkeyPatch) -> None:
+    r, w = os.pipe()
+    os.close(r)
+    monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(io.FileIO(w, "w"), encoding="utf-8"))
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["--version"], ["query", "--help"]])
+def test_help_into_a_pipe_whose_reader_left_exits_0(argv: list[str], monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """`dpsql --help | head -1`, `dpsql --help | grep -q -- --type`: the reader may leave before the help is written;
+    that is no failure (exit 0, nothing on stderr), as the help is for whoever still reads it."""
+    with monkeypatch.context() as m:
+        _pipe_without_reader(m)
+        assert run(argv) == 0
+        sys.stdout.close()  # the interpreter's last flush: nothing is left to fail
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["--version"]])
+def test_help_that_cannot_be_written_is_an_error(argv: list[str], monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """`dpsql --help > /dev/full`: exit 0, the help lost. A write that fails for another reason than a reader gone is
+    exit 1 with a line on stderr; a closed standard output (>&-) is a usage error, as for every other command."""
+    with monkeypatch.context() as m:
+        m.setattr(sys, "stdout", open("/dev/full", "w", encoding="utf-8"))  # noqa: SIM115
+        code = run(argv)
+        sys.stdout.close()
+    err = capsys.readouterr().err
+    assert code == 1 and "error: writing stdout failed" in err and os.strerror(errno.ENOSPC) in err, err
+    with monkeypatch.context() as m:
+        m.setattr(sys, "stdout", None)
+        code = run(argv)
+    err = capsys.readouterr().err
+    assert code == 2 and "standard output is closed" in err and "usage:" not in err, err
+
+
+def test_help_into_a_closed_pipe_in_a_process(tmp_path: Path) -> None:
+    """The same in a process of its own: nothing on stderr at the interpreter's exit ('Exception ignored ... Broken
+    pipe'), and the exit code is 0."""
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        p = subprocess.run([sys.executable, "-m", "dpsql", "--help"], stdout=w, stderr=subprocess.PIPE, text=True,
+                           env=child_env(), timeout=60, cwd=tmp_path)
+    finally:
+        os.close(w)
+    assert p.returncode == 0 and p.stderr == "", p.stderr
 
 
 # -- more: what a job meets ------------------------------------------------------------------------------------------
