@@ -784,6 +784,11 @@ def _name_column_flags(e: Any, name: str, path: str, unit: str | None, said: dic
         return f"{by} {'name' if ' and --' in by else 'names'}"
 
     rest = e.message[len(prefix):]
+    if rest == f"{path!r} is a directory":  # (Spark's and Hive's output): its files, as a glob the shell leaves alone
+        e.hint = (f"give --table {name}='{os.path.join(path, '*.parquet')}' (quoted, so that dpsql reads the glob), or "
+                  f"--table {name}='{os.path.join(path, '*.csv')}' for CSV files")
+        e.args = (e._render(),)
+        return
     m = re.fullmatch(r"declared column\(s\) (\[.*\]) are not in the CSV header", rest)
     n = re.fullmatch(r"column types can be declared for CSV sources only \((\[.*\])\)", rest)
     if m:
@@ -2430,6 +2435,9 @@ def _cli_text(text: str) -> str:
     text = text.replace("drop public=True, or drop privacy_unit", "drop --public NAME or --privacy-unit NAME=COLUMN (public = true "
                         "or privacy_unit under [tables.T] in the config)")
     text = text.replace("public=True", "--public (public = true in the config)")
+    text = re.sub(r"table '([^']+)' is not registered(.*?); register it (?:with a privacy unit )?first",
+                  lambda m: f"table '{m.group(1)}' is not registered{m.group(2)}; register it with --table {m.group(1)}=PATH "
+                  f"--privacy-unit {m.group(1)}=COLUMN (or [tables.{m.group(1)}] in the config)", text)
     text = text.replace("register it first (Session.tables lists them)",
                         "dpsql tables lists the registered tables; register one with --table NAME=PATH (or [tables.NAME] "
                         "in the config)")

@@ -249,3 +249,29 @@ def test_a_flag_naming_a_table_not_given_lists_the_tables(here: Path, capsys: py
     err = capsys.readouterr().err
     assert "--privacy-unit f=user_id" in err and "registered with --table: e" in err, err
     assert _entries(capsys) == []
+
+
+def test_a_directory_of_files_is_hinted_as_a_quoted_glob_flag(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--table e=parts` (a directory of part files): 'pass a glob of its files, e.g. 'parts/*.parquet'', not a flag."""
+    Path("parts").mkdir()
+    pq.write_table(pa.table({"user_id": [1, 2]}), "parts/a.parquet")
+    assert run(["--ledger", "l.duckdb", "--table", "e=parts", "--privacy-unit", "e=user_id", "query",
+                "SELECT COUNT(*) FROM e", "--epsilon", "0.1"]) == 2
+    err = capsys.readouterr().err
+    assert "is a directory" in err and "--table e='parts/*.parquet'" in err, err
+    assert run(["--ledger", "l.duckdb", "--table", "e=parts/*.parquet", "--privacy-unit", "e=user_id", "query",
+                "SELECT COUNT(*) FROM e", "--epsilon", "0.1"]) == 0  # the hint, followed, works
+    assert len(_entries(capsys)) == 1
+
+
+@pytest.mark.parametrize("sql", ["SELECT COUNT(*) FROM events", "SELECT COUNT(*) FROM e JOIN f ON e.user_id = f.user_id"])
+def test_a_query_of_a_table_not_given_is_hinted_with_the_flags(here: Path, capsys: pytest.CaptureFixture[str],
+                                                               sql: str) -> None:
+    """'table 'events' is not registered (registered tables: e); register it with a privacy unit first', and no hint of
+    how, on the command line."""
+    assert run(["--ledger", "l.duckdb", "--table", "e=e.parquet", "--privacy-unit", "e=user_id", "query", sql,
+                "--epsilon", "0.1"]) == 2
+    err = capsys.readouterr().err
+    name = "events" if "events" in sql else "f"
+    assert f"--table {name}=PATH --privacy-unit {name}=COLUMN" in err and "(registered tables: e)" in err, err
+    assert _entries(capsys) == []
