@@ -596,6 +596,8 @@ def _open_session(args: argparse.Namespace, *, ledger: bool = True) -> Any:
                 raise ConfigError(f"--table {name}= names no file: the PATH after '=' is empty",
                                   hint=f"give the table's Parquet or CSV file, e.g. --table {name}={name}.parquet (or a "
                                   f"glob: --table '{name}=data/*.parquet')")
+            if path.startswith("~"):  # --table e=~/data.parquet quoted, or --table=e=~/...: no shell expands it (as --ledger)
+                tables[name] = os.path.expanduser(path)
         units = _kv(args.privacy_unit, "--privacy-unit")
         groups = _kv(args.max_groups, "--max-groups")
         rows = _kv(args.max_rows, "--max-rows")

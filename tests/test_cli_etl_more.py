@@ -275,3 +275,16 @@ def test_a_query_of_a_table_not_given_is_hinted_with_the_flags(here: Path, capsy
     name = "events" if "events" in sql else "f"
     assert f"--table {name}=PATH --privacy-unit {name}=COLUMN" in err and "(registered tables: e)" in err, err
     assert _entries(capsys) == []
+
+
+def test_a_table_path_under_the_home_directory(here: Path, capsys: pytest.CaptureFixture[str],
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--table "e=~/data/e.parquet"` (quoted, or --table=e=~/...: no shell expands the ~) was 'no file matches
+    '~/data/e.parquet'', where --ledger ~/... and a config's source = "~/..." are read from the home directory."""
+    home = here / "home"
+    (home / "data").mkdir(parents=True)
+    os.replace("e.parquet", home / "data" / "e.parquet")
+    monkeypatch.setenv("HOME", str(home))
+    assert run(["--ledger", "l.duckdb", "--table=e=~/data/e.parquet", "--privacy-unit", "e=user_id", "query",
+                "SELECT COUNT(*) FROM e", "--epsilon", "0.1"]) == 0, capsys.readouterr().err
+    assert len(_entries(capsys)) == 1
