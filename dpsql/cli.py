@@ -2449,6 +2449,7 @@ def _cli_text(text: str) -> str:
                         "give --table NAME=PATH (or source under [tables.NAME] in the config) a Parquet or CSV file "
                         "named .parquet or .csv")
     text = text.replace("hint: retry, or pass a larger lock_timeout", "hint: pass a larger lock_timeout")  # (said once)
+    text = text.replace("hint: retry later or pass a larger lock_timeout", "hint: pass a larger lock_timeout")
     text = text.replace("with a larger lock_timeout (it waits lock_timeout plus 10 s, or twice lock_timeout if longer)",
                         "with a larger --lock-timeout SECONDS (or lock_timeout under [ledger] in the config; a release waits "
                         "that plus 10 s, or twice that if longer)")

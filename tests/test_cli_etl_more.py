@@ -288,3 +288,18 @@ def test_a_table_path_under_the_home_directory(here: Path, capsys: pytest.Captur
     assert run(["--ledger", "l.duckdb", "--table=e=~/data/e.parquet", "--privacy-unit", "e=user_id", "query",
                 "SELECT COUNT(*) FROM e", "--epsilon", "0.1"]) == 0, capsys.readouterr().err
     assert len(_entries(capsys)) == 1
+
+
+def test_a_busy_ledger_says_what_to_do_once(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A ledger held past --lock-timeout (another job, `flock`): the hint read 'retry later or try again when the other
+    dpsql command has finished, ...', the retry said twice."""
+    import fcntl
+
+    fd = os.open("l.duckdb", os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        assert run(["--ledger", "l.duckdb", "--lock-timeout", "0.2", "budget"]) == 75
+    finally:
+        os.close(fd)
+    hint = capsys.readouterr().err.partition("hint: ")[2]
+    assert hint.startswith("try again when the other dpsql command has finished, or wait longer with --lock-timeout"), hint
