@@ -786,6 +786,14 @@ def _name_column_flags(e: Any, name: str, path: str, unit: str | None, said: dic
         return f"{by} {'name' if ' and --' in by else 'names'}"
 
     rest = e.message[len(prefix):]
+    if rest == f"cannot tell the format of {path!r}":  # (a part file without its extension, a .jsonl export)
+        import shlex
+
+        e.hint = (f"dpsql tells a source's format by its name: give --table {name} a Parquet or CSV file named .parquet, .csv, "
+                  f".csv.gz or .tsv (e.g. ln -s {shlex.quote(os.path.abspath(path))} {shlex.quote(path + '.parquet')}), or a "
+                  "glob of such files")
+        e.args = (e._render(),)
+        return
     if rest == f"{path!r} is a directory":  # (Spark's and Hive's output): its files, as a glob the shell leaves alone
         e.hint = (f"give --table {name}='{os.path.join(path, '*.parquet')}' (quoted, so that dpsql reads the glob), or "
                   f"--table {name}='{os.path.join(path, '*.csv')}' for CSV files")

@@ -56,8 +56,8 @@ def _other_file(kind: str) -> Path:
     return p
 
 
-@pytest.mark.parametrize("kind", ["parquet", "text", "empty", "duckdb"])
-@pytest.mark.parametrize("command", ["query", "budget"])
+@pytest.mark.parametrize("command,kind", [("query", "parquet"), ("query", "text"), ("query", "empty"), ("query", "duckdb"),
+                                          ("budget", "parquet"), ("budget", "duckdb")])
 def test_a_ledger_flag_naming_another_file_leaves_nothing_beside_it(here: Path, capsys: pytest.CaptureFixture[str],
                                                                      kind: str, command: str) -> None:
     """`--ledger data.parquet` (a job's variables mixed up): refused, but a hidden `.data.parquet.queue` was left beside
@@ -303,3 +303,14 @@ def test_a_busy_ledger_says_what_to_do_once(here: Path, capsys: pytest.CaptureFi
         os.close(fd)
     hint = capsys.readouterr().err.partition("hint: ")[2]
     assert hint.startswith("try again when the other dpsql command has finished, or wait longer with --lock-timeout"), hint
+
+
+def test_a_source_without_an_extension_is_hinted_with_the_flag(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--table e=export` (a Parquet file saved without its extension): 'cannot tell the format', hinted 'use a .parquet
+    or .csv file', which did not say that the name decides, nor how to give one."""
+    os.replace("e.parquet", "export")
+    assert run(["--ledger", "l.duckdb", "--table", "e=export", "--privacy-unit", "e=user_id", "query",
+                "SELECT COUNT(*) FROM e", "--epsilon", "0.1"]) == 2
+    hint = capsys.readouterr().err.partition("hint: ")[2]
+    assert "--table e" in hint and ".parquet" in hint and "ln -s" in hint, hint
+    assert _entries(capsys) == []
