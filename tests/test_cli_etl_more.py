@@ -314,3 +314,17 @@ def test_a_source_without_an_extension_is_hinted_with_the_flag(here: Path, capsy
     hint = capsys.readouterr().err.partition("hint: ")[2]
     assert "--table e" in hint and ".parquet" in hint and "ln -s" in hint, hint
     assert _entries(capsys) == []
+
+
+def test_init_over_a_file_that_is_no_ledger_says_so(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`dpsql init --ledger data.parquet`: refused, as it must be, but hinted 'open the existing ledger with --ledger
+    PATH', which that file is not."""
+    p = _other_file("parquet")
+    data = p.read_bytes()
+    assert run(["init", "--ledger", str(p), "--epsilon", "1"]) == 4
+    err = capsys.readouterr().err
+    assert "is not a ledger" in err and "open the existing ledger" not in err and "choose a new path" in err, err
+    assert p.read_bytes() == data and sorted(os.listdir(".")) == sorted([".l.duckdb.generation", "data.parquet", "e.parquet",
+                                                                         "l.duckdb", "s.csv"])
+    assert run(["init", "--ledger", "l.duckdb", "--epsilon", "1"]) == 4  # the control: a ledger is the existing ledger
+    assert "open the existing ledger" in capsys.readouterr().err

@@ -1173,6 +1173,13 @@ class Ledger:
                 "(a ledger is created under a new name, never through a link)",
                 hint="create the ledger at the path the link names, or choose a new path",
             )
+        if os.path.isfile(p) and not _duckdb_header(p):  # (init --ledger data.parquet: a mix-up of a job's paths)
+            raise LedgerError(
+                f"cannot create a ledger at {p}: a file already exists there, and it is not a ledger (not a DuckDB "
+                "database); nothing was changed",
+                hint=f"choose a new path, e.g. {os.path.join(os.path.dirname(p), 'ledger.duckdb')} (dpsql never overwrites a "
+                "file)",
+            )
         if os.path.lexists(p):
             raise LedgerError(
                 f"cannot create a ledger at {p}: the file already exists",
