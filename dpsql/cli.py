@@ -584,6 +584,7 @@ def _open_session(args: argparse.Namespace, *, ledger: bool = True) -> Any:
 
     cfg = _load_config(args)
     path = _ledger_path(args, cfg)  # (its checks hold either way: an owner's config refuses --ledger)
+    _check_flag_tables(args, _kv(args.table, "--table"))  # a mistyped table name, before the ledger is opened
     with cfg.naming_tables():  # a refused [tables.NAME] setting names the file
         s = dpsql.Session(ledger=path if ledger else None, budget=cfg.budget if ledger else dpsql.Budget(1.0),
                           create=ledger and _create_if_missing(args, cfg), engine=_engine_settings(args, cfg),
@@ -670,7 +671,6 @@ def _open_session(args: argparse.Namespace, *, ledger: bool = True) -> Any:
             sizes[k] = int(_flag_value("--max-table-rows", f"{k}={v}", v, "e.g. --max-table-rows orders=1500000", whole=True, least=1))
         public = {n.strip().lower() for n in getattr(args, "public", []) or []}
         sampling = {n.strip().lower() for n in getattr(args, "allow_conditional_sampling", []) or []}
-        _check_flag_tables(args, tables)
         # public tables first, then people, then tables that reference them
         order = sorted(tables, key=lambda n: (n not in public, n not in units, n))
         for name in order:
@@ -725,7 +725,7 @@ def _check_flag_tables(args: argparse.Namespace, tables: dict[str, str]) -> None
         for item in getattr(args, dest, None) or []:
             head = item if flag in ("--public", "--allow-conditional-sampling") else item.partition("=")[0]
             name = (head.partition(".")[0] if flag in _COLUMN_FLAGS else head).strip().lower()
-            if name not in tables:
+            if name and name not in tables:  # (an empty name is refused as such by _kv)
                 close = difflib.get_close_matches(name, list(tables), n=1, cutoff=0.6)
                 raise ConfigError(f"{flag} {item} names table '{name}', but no --table {name}=PATH was given "
                                   f"({_registered(tables)}); nothing was charged",

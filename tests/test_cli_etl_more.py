@@ -156,6 +156,9 @@ def test_a_reference_to_a_table_not_registered_is_refused_before_anything(orders
     assert "registered with --table: orders" in first, err
     assert "--table customer=PATH" in hint and "Traceback" not in err and "PolicyError" not in err
     assert _entries(capsys) == []
+    # checked with the arguments, before the ledger is opened: a missing ledger is not what is said first
+    assert run([*orders, "--ledger", "gone.duckdb", "--reference", "orders.o_custkey=customer.c_custkey", *command][2:]) == 2
+    assert "--reference" in capsys.readouterr().err and not Path("gone.duckdb").exists()
 
 
 def test_a_misspelt_reference_target_is_offered_the_registered_name(orders: list[str],
