@@ -331,3 +331,17 @@ def test_init_over_a_file_that_is_no_ledger_says_so(here: Path, capsys: pytest.C
                                                                          "l.duckdb", "s.csv"])
     assert run(["init", "--ledger", "l.duckdb", "--epsilon", "1"]) == 4  # the control: a ledger is the existing ledger
     assert "open the existing ledger" in capsys.readouterr().err
+
+
+def test_a_config_reference_to_a_table_it_does_not_register_is_refused_first(orders: list[str],
+                                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """The same in the owner's config (`references = { o_custkey = "customer.c_custkey" }`, no [tables.customer]): the
+    command line cannot add the table, so the reference never holds; `tables` listed it."""
+    Path("c.toml").write_text('[ledger]\npath = "l.duckdb"\n[tables.orders]\nsource = "orders.parquet"\n'
+                              'references = { o_custkey = "customr.c_custkey" }\n[tables.customer]\n'
+                              'source = "customer.parquet"\nprivacy_unit = "c_custkey"\n')
+    assert run(["--config", "c.toml", "tables"]) == 2
+    err = capsys.readouterr().err
+    assert "[tables.orders] references o_custkey" in err and "'customr'" in err and "did you mean 'customer'?" in err, err
+    Path("c.toml").write_text(Path("c.toml").read_text().replace("customr", "customer"))  # the control
+    assert run(["--config", "c.toml", "query", "SELECT COUNT(*) FROM orders", "--epsilon", "0.1"]) == 0
