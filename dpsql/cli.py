@@ -847,6 +847,11 @@ def _name_column_flags(e: Any, name: str, path: str, unit: str | None, said: dic
             parts.append(f"{by} column '{c}', which table {name} ({path}) does not have")
         text = "; ".join(parts)
     e.message = text + "; nothing was charged"
+    one = (e.hint or "").removeprefix("its columns are: ")
+    sep = next((c for c in ";|\t" if c in one), None) if one != e.hint and ", " not in one else None
+    if sep is not None:  # a header read as one column: a CSV separated otherwise (an export of a ';' locale)
+        e.hint = (f"{e.hint}: the header is read as one column, as dpsql reads CSV separated by ',' (tab in a .tsv file), "
+                  f"and this one is separated by {sep!r}; convert it first (to Parquet, or to ',')")
     e.args = (e._render(),)
 
 

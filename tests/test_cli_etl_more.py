@@ -345,3 +345,14 @@ def test_a_config_reference_to_a_table_it_does_not_register_is_refused_first(ord
     assert "[tables.orders] references o_custkey" in err and "'customr'" in err and "did you mean 'customer'?" in err, err
     Path("c.toml").write_text(Path("c.toml").read_text().replace("customr", "customer"))  # the control
     assert run(["--config", "c.toml", "query", "SELECT COUNT(*) FROM orders", "--epsilon", "0.1"]) == 0
+
+
+def test_a_csv_separated_by_semicolons_is_said_to_be(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An export of a ';' locale: 'privacy unit column 'user_id' does not exist; its columns are: user_id;amount',
+    which left the reader to spot the separator."""
+    Path("semi.csv").write_text("user_id;amount\n1;2,5\n")
+    assert run(["--ledger", "l.duckdb", "--table", "s=semi.csv", "--privacy-unit", "s=user_id", "tables"]) == 2
+    hint = capsys.readouterr().err.partition("hint: ")[2]
+    assert "read as one column" in hint and "';'" in hint, hint
+    assert run(["--ledger", "l.duckdb", "--table", "s=s.csv", "--privacy-unit", "s=usr_id", "tables"]) == 2
+    assert "one column" not in capsys.readouterr().err  # the control: a header of several columns
