@@ -77,6 +77,17 @@ def test_a_ledger_flag_naming_another_file_leaves_nothing_beside_it(here: Path, 
     assert _entries(capsys) == []  # the real ledger is untouched too
 
 
+def test_a_ledger_variable_naming_another_file_says_so(here: Path, capsys: pytest.CaptureFixture[str],
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """`DPSQL_LEDGER=notes.txt` in a job's environment: the refusal says the variable named it, and how to fix that."""
+    p = _other_file("text")
+    monkeypatch.setenv("DPSQL_LEDGER", str(p))
+    assert run(["budget"]) == 4
+    err = capsys.readouterr().err
+    assert "(named by $DPSQL_LEDGER)" in err and "point $DPSQL_LEDGER at your ledger file" in err, err
+    assert not Path(".notes.txt.queue").exists()
+
+
 def test_a_ledger_still_keeps_its_queue_file(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The negative control: a real ledger's own side files are made and kept as before."""
     assert run(["--ledger", "l.duckdb", "budget"]) == 0
