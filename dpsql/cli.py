@@ -76,6 +76,9 @@ def _common(p: argparse.ArgumentParser, *, sub: bool = False) -> None:
                    help="public key values of a column: GROUP BY it releases every one (repeatable)")
     g.add_argument("--bins", action="append", default=d([]), metavar="NAME.COL=LO:HI:N",
                    help="ordered domain of a column for range counts and histograms (DAWA), N bins (repeatable)")
+    g.add_argument("--type", action="append", default=d([]), metavar="NAME.COL=TYPE",
+                   help="the type of a CSV column (read as VARCHAR otherwise), e.g. events.amount=DOUBLE: BOOLEAN, INTEGER, "
+                   "BIGINT, DOUBLE, DECIMAL(p,s), DATE, TIMESTAMP, ... (repeatable)")
     g.add_argument("--public", action="append", default=d([]), metavar="NAME", help="a --table that holds no person (joined freely)")
     g.add_argument("--reference", action="append", default=d([]), metavar="NAME.COL=TABLE.COL",
                    help="a foreign key of a --table (its target is a key; repeatable)")
@@ -211,6 +214,30 @@ class _Parser(argparse.ArgumentParser):
         kwargs["allow_abbrev"] = False
         super().__init__(*args, **kwargs)
 
+    #: how writing --help or --version to standard output went: None (not written, or written whole), "closed" (no
+    #: standard output), "gone" (a pipe whose reader has left: `dpsql --help | head -1`) or the OSError of the write
+    help_failed: Any = None
+
+    def _print_message(self, message: str, file: Any = None) -> None:
+        """argparse's, which drops every failure of the write (`dpsql --help > /dev/full` exited 0, the help lost) and
+        prints the help on standard error when standard output is closed; the failure is kept for main() to say."""
+        if not message or (file is not None and file is not sys.stdout):
+            super()._print_message(message, file)
+            return
+        out = sys.stdout
+        if out is None or 1 in _CLOSED_AT_START:
+            _Parser.help_failed = "closed"
+            return
+        try:
+            out.write(message)
+            out.flush()
+        except BrokenPipeError:
+            _Parser.help_failed = "gone"
+            _silence_stdout()
+        except OSError as e:
+            _Parser.help_failed = e
+            _silence_stdout()
+
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
         self.exit(2, f"{self.prog}: error: {message}{self._unknown_flags()}\n")
@@ -257,7 +284,9 @@ def build_parser() -> argparse.ArgumentParser:
         "  (nothing charged: a retry later may succeed), 5 a failure after the charge (the charge stands; the\n"
         "  message says what became of the answer), 130 interrupted by Ctrl-C, 143 by SIGTERM or 129 by\n"
         "  SIGHUP (a charge already made stands), 1 any other failure (nothing charged, unless the\n"
-        "  message is 'unexpected ...': a bug inside the query's run; see dpsql budget --history)",
+        "  message is 'unexpected ...': a bug inside the query's run; see dpsql budget --history);\n"
+        "  standard output that fails as a free command prints (a reader gone, a full disk) is 1; --help\n"
+        "  and --version whose reader left early (dpsql --help | head -1) exit 0",
         epilog=EXAMPLES["main"],
         formatter_class=fmt,
     )
@@ -345,10 +374,10 @@ def _once(parser: argparse.ArgumentParser, seen: dict[str, str]) -> None:
 
 
 #: the per-table flags whose NAME is TABLE.COLUMN, and an example of each flag (a refusal of an empty NAME shows it)
-_COLUMN_FLAGS = ("--bounds", "--domain", "--bins", "--reference", "--degree-bound")
+_COLUMN_FLAGS = ("--bounds", "--domain", "--bins", "--type", "--reference", "--degree-bound")
 _KV_EXAMPLE = {"--table": "events=events.parquet", "--privacy-unit": "events=user_id", "--max-groups": "events=5",
                "--max-rows": "events=1", "--bounds": "events.amount=0:100", "--domain": "events.country=US,FR,DE",
-               "--bins": "events.age=0:120:120", "--reference": "orders.o_custkey=customer.c_custkey",
+               "--bins": "events.age=0:120:120", "--type": "events.amount=DOUBLE", "--reference": "orders.o_custkey=customer.c_custkey",
                "--degree-bound": "orders.o_custkey=16", "--max-table-rows": "orders=1500000", "--option": "tau=10"}
 
 
@@ -505,7 +534,8 @@ def _check_owner_config(args: argparse.Namespace) -> None:
 
     flags = [f for f, v in (("--table", args.table), ("--privacy-unit", args.privacy_unit), ("--max-groups", args.max_groups),
                             ("--max-rows", args.max_rows), ("--bounds", getattr(args, "bounds", None)),
-                            ("--domain", getattr(args, "domain", None)), ("--bins", getattr(args, "bins", None)), ("--ledger", args.ledger),
+                            ("--domain", getattr(args, "domain", None)), ("--bins", getattr(args, "bins", None)),
+                            ("--type", getattr(args, "type", None)), ("--ledger", args.ledger),
                             ("--public", getattr(args, "public", None)), ("--reference", getattr(args, "reference", None)),
                             ("--degree-bound", getattr(args, "degree_bound", None)),
                             ("--max-table-rows", getattr(args, "max_table_rows", None)),
@@ -554,6 +584,8 @@ def _open_session(args: argparse.Namespace, *, ledger: bool = True) -> Any:
 
     cfg = _load_config(args)
     path = _ledger_path(args, cfg)  # (its checks hold either way: an owner's config refuses --ledger)
+    _check_flag_tables(args, _kv(args.table, "--table"))  # a mistyped table name, before the ledger is opened
+    _check_config_references(args, cfg)
     with cfg.naming_tables():  # a refused [tables.NAME] setting names the file
         s = dpsql.Session(ledger=path if ledger else None, budget=cfg.budget if ledger else dpsql.Budget(1.0),
                           create=ledger and _create_if_missing(args, cfg), engine=_engine_settings(args, cfg),
@@ -566,11 +598,19 @@ def _open_session(args: argparse.Namespace, *, ledger: bool = True) -> Any:
                 raise ConfigError(f"--table {name}= names no file: the PATH after '=' is empty",
                                   hint=f"give the table's Parquet or CSV file, e.g. --table {name}={name}.parquet (or a "
                                   f"glob: --table '{name}=data/*.parquet')")
+            if path.startswith("~"):  # --table e=~/data.parquet quoted, or --table=e=~/...: no shell expands it (as --ledger)
+                tables[name] = os.path.expanduser(path)
         units = _kv(args.privacy_unit, "--privacy-unit")
         groups = _kv(args.max_groups, "--max-groups")
         rows = _kv(args.max_rows, "--max-rows")
         bounds: dict[str, dict[str, Any]] = {}
+        said: dict[tuple[str, str], list[str]] = {}  # (table, column): the per-column flags that name it, as given
+
+        def note(flag: str, k: str, v: str) -> None:
+            said.setdefault(tuple(k.partition(".")[::2]), []).append(f"{flag} {k}={v}")  # type: ignore[arg-type]
+
         for k, v in _kv(args.bounds, "--bounds").items():
+            note("--bounds", k, v)
             t, _, c = k.partition(".")
             parts = v.split(":")
             if len(parts) != 2 or not c:
@@ -580,12 +620,14 @@ def _open_session(args: argparse.Namespace, *, ledger: bool = True) -> Any:
                 raise ConfigError(f"--bounds {k}={v} is refused: LO must be at most HI", hint=f"e.g. --bounds {k}={parts[1]}:{parts[0]}")
             bounds.setdefault(t, {}).setdefault(c, {})["bounds"] = (lo, hi)
         for k, v in _kv(args.domain, "--domain").items():
+            note("--domain", k, v)
             t, _, c = k.partition(".")
             values = [x.strip() for x in v.split(",") if x.strip()]
             if not c or not values:
                 raise ConfigError(f"--domain expects NAME.COL=A,B,C, got {k}={v}", hint="e.g. --domain events.country=US,FR,DE")
             bounds.setdefault(t, {}).setdefault(c, {})["domain"] = values  # as typed: read by the column's type
         for k, v in _kv(args.bins, "--bins").items():
+            note("--bins", k, v)
             t, _, c = k.partition(".")
             parts = v.split(":")
             if len(parts) != 3 or not c:
@@ -610,9 +652,15 @@ def _open_session(args: argparse.Namespace, *, ledger: bool = True) -> Any:
             if not ascending:
                 raise ConfigError(f"--bins {k}={v} is refused: LO must be below HI", hint=example)
             bounds.setdefault(t, {}).setdefault(c, {}).update({"bounds": (blo, bhi), "bins": n})
+        for k, v in _kv(getattr(args, "type", []), "--type").items():
+            t, _, c = k.partition(".")
+            _check_type_flag(t, c, v)
+            note("--type", k, v)
+            bounds.setdefault(t, {}).setdefault(c, {})["type"] = v
         refs: dict[str, dict[str, str]] = {}
         for k, v in _kv(getattr(args, "reference", []), "--reference").items():
             t, _, c = k.partition(".")
+            note("--reference", k, v)
             refs.setdefault(t, {})[c] = v
         degrees: dict[str, dict[str, int]] = {}
         for k, v in _kv(getattr(args, "degree_bound", []), "--degree-bound").items():
@@ -624,10 +672,6 @@ def _open_session(args: argparse.Namespace, *, ledger: bool = True) -> Any:
             sizes[k] = int(_flag_value("--max-table-rows", f"{k}={v}", v, "e.g. --max-table-rows orders=1500000", whole=True, least=1))
         public = {n.strip().lower() for n in getattr(args, "public", []) or []}
         sampling = {n.strip().lower() for n in getattr(args, "allow_conditional_sampling", []) or []}
-        for name in (list(units) + list(groups) + list(rows) + list(bounds) + list(refs) + list(degrees) + list(sizes) + sorted(public)
-                     + sorted(sampling)):
-            if name not in tables:
-                raise ConfigError(f"options name table '{name}' but no --table {name}=PATH was given")
         # public tables first, then people, then tables that reference them
         order = sorted(tables, key=lambda n: (n not in public, n not in units, n))
         for name in order:
@@ -636,23 +680,179 @@ def _open_session(args: argparse.Namespace, *, ledger: bool = True) -> Any:
                 raise ConfigError(
                     f"--table {name} needs a privacy unit", hint=f"add --privacy-unit {name}=user_id (or --public {name})"
                 )
-            s.register(
-                name,
-                path,
-                privacy_unit=units.get(name),
-                max_groups_per_unit=_cap("--max-groups", name, groups.get(name, "1")),
-                max_rows_per_group=_cap("--max-rows", name, rows.get(name, "1")),
-                columns=bounds.get(name),
-                references=refs.get(name),
-                public=name in public,
-                degree_bounds=degrees.get(name),
-                allow_conditional_sampling=name in sampling,
-                max_table_rows=sizes.get(name),
-            )
+            try:
+                s.register(
+                    name,
+                    path,
+                    privacy_unit=units.get(name),
+                    max_groups_per_unit=_cap("--max-groups", name, groups.get(name, "1")),
+                    max_rows_per_group=_cap("--max-rows", name, rows.get(name, "1")),
+                    columns=bounds.get(name),
+                    references=refs.get(name),
+                    public=name in public,
+                    degree_bounds=degrees.get(name),
+                    allow_conditional_sampling=name in sampling,
+                    max_table_rows=sizes.get(name),
+                )
+            except ConfigError as e:  # a column the source does not have: the flag that names it
+                _name_column_flags(e, name, path, units.get(name), said)
+                raise
     except BaseException:
         s.close()
         raise
     return s
+
+
+#: the flags whose values name a --table (before '=', or before '.' for a column), and each one's destination
+_TABLE_FLAGS = (("--privacy-unit", "privacy_unit"), ("--max-groups", "max_groups"), ("--max-rows", "max_rows"),
+                ("--bounds", "bounds"), ("--domain", "domain"), ("--bins", "bins"), ("--type", "type"),
+                ("--reference", "reference"), ("--degree-bound", "degree_bound"), ("--max-table-rows", "max_table_rows"),
+                ("--public", "public"), ("--allow-conditional-sampling", "allow_conditional_sampling"))
+
+
+def _registered(tables: Any) -> str:
+    return f"registered with --table: {', '.join(sorted(tables))}" if tables else "no --table was given"
+
+
+def _check_flag_tables(args: argparse.Namespace, tables: dict[str, str]) -> None:
+    """Refuse, naming the flag as given and the tables that are there, a per-table flag whose table has no --table, and a
+    --reference whose target table has none: its refusal came only as the query was planned (a PolicyError), and
+    `dpsql tables` listed the reference as if it held."""
+    import difflib
+
+    from dpsql.errors import ConfigError
+
+    for flag, dest in _TABLE_FLAGS:
+        for item in getattr(args, dest, None) or []:
+            head = item if flag in ("--public", "--allow-conditional-sampling") else item.partition("=")[0]
+            name = (head.partition(".")[0] if flag in _COLUMN_FLAGS else head).strip().lower()
+            if name and name not in tables:  # (an empty name is refused as such by _kv)
+                close = difflib.get_close_matches(name, list(tables), n=1, cutoff=0.6)
+                raise ConfigError(f"{flag} {item} names table '{name}', but no --table {name}=PATH was given "
+                                  f"({_registered(tables)}); nothing was charged",
+                                  hint=(f"did you mean '{close[0]}'? " if close else "")
+                                  + f"add --table {name}=PATH, or correct the table name in {flag}")
+    for item in getattr(args, "reference", None) or []:
+        k, _, target = item.partition("=")
+        table, dot, column = target.strip().partition(".")
+        table = table.strip().lower()
+        if not dot or not table or table in tables:
+            continue  # (a target that is not TABLE.COL is refused with the form it needs)
+        close = difflib.get_close_matches(table, list(tables), n=1, cutoff=0.6)
+        raise ConfigError(
+            f"--reference {item} names table '{table}' as its target, but no --table {table}=PATH was given "
+            f"({_registered(tables)}): a reference's target is a registered table; nothing was charged",
+            hint=(f"correct it to --reference {k.strip()}={close[0]}.{column.strip()}, or " if close else "")
+            + f"add --table {table}=PATH with --privacy-unit {table}=COLUMN (or --public {table} for a table that holds "
+            "no person)")
+
+
+def _check_config_references(args: argparse.Namespace, cfg: Any) -> None:
+    """A reference of the config's [tables.NAME] whose target table the config does not register, refused as the
+    --reference flag's is: the command line adds no table to such a config, so the reference can never hold (a query
+    was refused only as it was planned, and `dpsql tables` listed the reference as if it held). The Python API may
+    register the target after Session.from_config, so the config alone does not refuse it."""
+    import difflib
+
+    from dpsql.errors import ConfigError
+
+    known = {str(n).lower(): str(n) for n in cfg.tables}
+    for name, spec in cfg.tables.items():
+        refs = spec.get("references")
+        for fk, target in (refs.items() if hasattr(refs, "items") else ()):
+            table = target.partition(".")[0].strip() if isinstance(target, str) and "." in target else ""
+            if not table or table.lower() in known:
+                continue
+            close = difflib.get_close_matches(table.lower(), list(known), n=1, cutoff=0.6)
+            raise ConfigError(
+                f"config file {args.config_path!r}: [tables.{name}] references {fk} = {json.dumps(target)}, but the config "
+                f"registers no table '{table}' (its tables: {', '.join(sorted(known.values()))}): a reference's target is a "
+                "registered table; nothing was charged",
+                hint=(f"did you mean '{known[close[0]]}'? " if close else "") + f"the data owner adds a [tables.{table}] "
+                "section (source, and privacy_unit or public = true), or corrects the reference")
+
+
+#: the column types a CSV column may be declared as (dpsql.engine._duckdb_sources._CSV_TYPES), as --type's refusal lists them
+_CSV_TYPE_NAMES = ("BOOLEAN, TINYINT, SMALLINT, INTEGER, BIGINT, HUGEINT, UTINYINT, USMALLINT, UINTEGER, UBIGINT, FLOAT, "
+                   "DOUBLE, DECIMAL(p,s), DATE, TIME, TIMESTAMP, TIMESTAMPTZ or VARCHAR")
+
+
+def _check_type_flag(table: str, column: str, v: str) -> None:
+    """One --type NAME.COL=TYPE, refused in the flag's terms before anything is read."""
+    from dpsql.engine._duckdb_sources import _CSV_TYPES
+    from dpsql.errors import ConfigError
+
+    item = f"{table}.{column}={v}" if column else f"{table}={v}"
+    if not table or not column:
+        raise ConfigError(f"--type expects NAME.COL=TYPE, got {item}", hint=f"e.g. --type {table or 'events'}.COLUMN={v or 'DOUBLE'}")
+    if not v:
+        raise ConfigError(f"--type {table}.{column}= names no type: the TYPE after '=' is empty",
+                          hint=f"e.g. --type {table}.{column}=DOUBLE (one of {_CSV_TYPE_NAMES})")
+    if not _CSV_TYPES.match(v.strip().upper()):
+        raise ConfigError(f"--type {item} is refused: {v!r} is not a column type a CSV column can be read as",
+                          hint=f"give one of {_CSV_TYPE_NAMES}, e.g. --type {table}.{column}=DOUBLE")
+
+
+def _name_column_flags(e: Any, name: str, path: str, unit: str | None, said: dict[tuple[str, str], list[str]]) -> None:
+    """``e``, a refusal of registering --table ``name``, rewritten in place to name the flags that name the columns it
+    is about: 'table 'e': privacy unit column 'usr_id' does not exist' said nothing of --privacy-unit e=usr_id."""
+    import ast
+
+    prefix = f"table '{name}': "
+    if not e.message.startswith(prefix):
+        return
+
+    def flags(column: str, fk: bool = False) -> str:
+        items = [x for (t, c), xs in said.items() if t == name and (c == column or fk and column in c.split(","))
+                 for x in xs if x.startswith("--reference") == fk]
+        return " and ".join(items) or f"column '{column}'"
+
+    def names(column: str, fk: bool = False) -> str:
+        by = flags(column, fk)
+        return f"{by} {'name' if ' and --' in by else 'names'}"
+
+    rest = e.message[len(prefix):]
+    if rest == f"cannot tell the format of {path!r}":  # (a part file without its extension, a .jsonl export)
+        import shlex
+
+        e.hint = (f"dpsql tells a source's format by its name: give --table {name} a Parquet or CSV file named .parquet, .csv, "
+                  f".csv.gz or .tsv (e.g. ln -s {shlex.quote(os.path.abspath(path))} {shlex.quote(path + '.parquet')}), or a "
+                  "glob of such files")
+        e.args = (e._render(),)
+        return
+    if rest == f"{path!r} is a directory":  # (Spark's and Hive's output): its files, as a glob the shell leaves alone
+        e.hint = (f"give --table {name}='{os.path.join(path, '*.parquet')}' (quoted, so that dpsql reads the glob), or "
+                  f"--table {name}='{os.path.join(path, '*.csv')}' for CSV files")
+        e.args = (e._render(),)
+        return
+    m = re.fullmatch(r"declared column\(s\) (\[.*\]) are not in the CSV header", rest)
+    n = re.fullmatch(r"column types can be declared for CSV sources only \((\[.*\])\)", rest)
+    if m:
+        cols = ast.literal_eval(m.group(1))
+        text = "; ".join(f"{names(c)} column '{c}', which the CSV header of table {name} does not have" for c in cols)
+    elif n:
+        cols = ast.literal_eval(n.group(1))
+        text = (f"{' and '.join(flags(c) for c in cols)} is refused: the source of table {name} ({path}) is not CSV, and "
+                "Parquet files carry their own column types")
+        e.hint = f"drop --type for table {name} (dpsql describe {name} shows its columns' types)"
+    else:
+        parts = []
+        for problem in rest.split("; "):
+            pm = re.fullmatch(r"(privacy unit|declared|foreign key) column '(.*)' does not exist", problem)
+            if pm is None:
+                return
+            kind, c = pm.groups()
+            by = (f"--privacy-unit {name}={unit} names" if kind == "privacy unit" and unit is not None else
+                  names(c, fk=kind == "foreign key"))
+            parts.append(f"{by} column '{c}', which table {name} ({path}) does not have")
+        text = "; ".join(parts)
+    e.message = text + "; nothing was charged"
+    one = (e.hint or "").removeprefix("its columns are: ")
+    sep = next((c for c in ";|\t" if c in one), None) if one != e.hint and ", " not in one else None
+    if sep is not None:  # a header read as one column: a CSV separated otherwise (an export of a ';' locale)
+        e.hint = (f"{e.hint}: the header is read as one column, as dpsql reads CSV separated by ',' (tab in a .tsv file), "
+                  f"and this one is separated by {sep!r}; convert it first (to Parquet, or to ',')")
+    e.args = (e._render(),)
 
 
 def _engine_settings(args: argparse.Namespace, cfg: Any) -> Any:
@@ -1777,8 +1977,8 @@ def _attach_negative_values(argv: list[str]) -> list[str]:
 
 
 #: flags whose values are text (SQL, names, domain values, a reason), never a file path
-_TEXT_FLAGS = ("sql", "option", "privacy_unit", "max_groups", "max_rows", "bounds", "domain", "bins", "public", "reference",
-               "degree_bound", "max_table_rows", "allow_conditional_sampling", "reason", "group_by", "name")
+_TEXT_FLAGS = ("sql", "option", "privacy_unit", "max_groups", "max_rows", "bounds", "domain", "bins", "type", "public",
+               "reference", "degree_bound", "max_table_rows", "allow_conditional_sampling", "reason", "group_by", "name")
 
 
 def _texts_as_utf8(args: argparse.Namespace) -> None:
@@ -1885,10 +2085,12 @@ def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     line = _attach_negative_values(sys.argv[1:] if argv is None else list(argv))
     _Parser.argv = line
+    _Parser.help_failed = None
     try:
         args = parser.parse_args(line)
     except SystemExit as e:  # a usage error (2), --help or --version (0): returned, as every other exit code is, to a
-        return e.code if isinstance(e.code, int) else 2 if e.code else 0  # program that calls main(argv) itself
+        code = e.code if isinstance(e.code, int) else 2 if e.code else 0  # program that calls main(argv) itself
+        return code if code or _Parser.help_failed in (None, "gone") else _help_not_written(line, _Parser.help_failed)
     _texts_as_utf8(args)
     if not args.command:  # a usage error: its help goes to stderr, never into the caller's output file
         parser.print_help(sys.stderr)
@@ -1989,6 +2191,12 @@ def _main(argv: Sequence[str] | None) -> int:
         elif getattr(args, "ledger_where", None) == "$DPSQL_LEDGER" and text.startswith("no budget ledger at "):
             first, _, rest = text.partition("\n")  # a stale variable in a job's environment: say where the path came from
             text = f"{first} (named by $DPSQL_LEDGER; --ledger PATH or a config's [ledger] path comes first)\n{rest}"
+        elif (isinstance(e, LedgerError) and getattr(args, "ledger_where", None) in ("--ledger", "$DPSQL_LEDGER")
+              and " is not a dpsql budget ledger: " in text.partition("\n")[0]):
+            first, _, rest = text.partition("\n")  # (a data file given by mistake: say which setting named it)
+            text = (f"{first} (named by {args.ledger_where})\n"
+                    + rest.replace("pass the path of your ledger file", f"give {args.ledger_where} the path of your ledger file"
+                                   if args.ledger_where == "--ledger" else "point $DPSQL_LEDGER at your ledger file"))
         print(f"error: {name}: {_cli_text(text)}", file=sys.stderr)
         if getattr(args, "debug_on", False) and isinstance(e, ExecutionError) and e.debug_detail:
             print(f"debug: {e.debug_detail}", file=sys.stderr)
@@ -2022,6 +2230,20 @@ class _Stopped(KeyboardInterrupt):
     the exact class. CPython marks the interpreter as ended by Ctrl-C when a plain KeyboardInterrupt
     escapes code run from a string (``exec(text)``, as dataclasses do while a module is imported),
     and ``python -m dpsql.cli`` then kills itself with SIGINT on exit, whatever ``main`` returned."""
+
+
+def _help_not_written(line: Sequence[str], failed: Any) -> int:
+    """The exit code of --help or --version that could not be written: a closed standard output is a usage error (2),
+    as for every command that prints; a failed write (a full disk) is 1. A pipe whose reader has left (`dpsql --help |
+    head -1`, `| grep -q`) is no failure: the help is for whoever still reads it (exit 0, said nowhere)."""
+    what = "--version" if "--version" in line else "--help"
+    if failed == "closed":
+        print(f"error: ConfigError: standard output is closed: dpsql {what} would have nowhere to print\n"
+              "hint: run it with standard output open (e.g. dpsql --help | less)", file=sys.stderr)
+        return 2
+    print(f"error: writing stdout failed ({getattr(failed, 'strerror', None) or type(failed).__name__}): the {what} text "
+          "was not written; nothing was charged", file=sys.stderr)
+    return 1
 
 
 def _cwd_gone() -> bool:
@@ -2254,6 +2476,9 @@ def _cli_text(text: str) -> str:
     text = text.replace("drop public=True, or drop privacy_unit", "drop --public NAME or --privacy-unit NAME=COLUMN (public = true "
                         "or privacy_unit under [tables.T] in the config)")
     text = text.replace("public=True", "--public (public = true in the config)")
+    text = re.sub(r"table '([^']+)' is not registered(.*?); register it (?:with a privacy unit )?first",
+                  lambda m: f"table '{m.group(1)}' is not registered{m.group(2)}; register it with --table {m.group(1)}=PATH "
+                  f"--privacy-unit {m.group(1)}=COLUMN (or [tables.{m.group(1)}] in the config)", text)
     text = text.replace("register it first (Session.tables lists them)",
                         "dpsql tables lists the registered tables; register one with --table NAME=PATH (or [tables.NAME] "
                         "in the config)")
@@ -2263,6 +2488,7 @@ def _cli_text(text: str) -> str:
                         "give --table NAME=PATH (or source under [tables.NAME] in the config) a Parquet or CSV file "
                         "named .parquet or .csv")
     text = text.replace("hint: retry, or pass a larger lock_timeout", "hint: pass a larger lock_timeout")  # (said once)
+    text = text.replace("hint: retry later or pass a larger lock_timeout", "hint: pass a larger lock_timeout")
     text = text.replace("with a larger lock_timeout (it waits lock_timeout plus 10 s, or twice lock_timeout if longer)",
                         "with a larger --lock-timeout SECONDS (or lock_timeout under [ledger] in the config; a release waits "
                         "that plus 10 s, or twice that if longer)")

@@ -1122,12 +1122,14 @@ class Ledger:
                 if not names
                 else f"a DuckDB database with tables {', '.join(sorted(names))}"
             )
-            raise LedgerError(
+            err = LedgerError(
                 f"{self._where()} is not a dpsql budget ledger: it is {what} (missing {', '.join(missing)})",
                 hint="pass the path of your ledger file, or create a new ledger at a new path with "
                 "`dpsql init --epsilon 1.0 --delta 1e-6 --ledger NEW_PATH`; dpsql never modifies or "
                 "repairs an existing file",
             )
+            err.not_a_ledger = True  # type: ignore[attr-defined]
+            raise err
         if "schema_version" not in meta:
             raise self._corrupt("ledger_meta has no schema_version")
         try:
@@ -1170,6 +1172,13 @@ class Ledger:
                 f"cannot create a ledger at {p}: it is a symbolic link to {os.readlink(p)}, which does not exist "
                 "(a ledger is created under a new name, never through a link)",
                 hint="create the ledger at the path the link names, or choose a new path",
+            )
+        if os.path.isfile(p) and not _duckdb_header(p):  # (init --ledger data.parquet: a mix-up of a job's paths)
+            raise LedgerError(
+                f"cannot create a ledger at {p}: a file already exists there, and it is not a ledger (not a DuckDB "
+                "database); nothing was changed",
+                hint=f"choose a new path, e.g. {os.path.join(os.path.dirname(p), 'ledger.duckdb')} (dpsql never overwrites a "
+                "file)",
             )
         if os.path.lexists(p):
             raise LedgerError(
@@ -1357,6 +1366,10 @@ class Ledger:
             st = None  # missing or unreadable: said by _lock_file
         if st is not None and not stat.S_ISREG(st.st_mode):  # refused before the queue leaves a file beside it
             raise _not_regular(p, st, t.unchanged)
+        if st is not None and not _duckdb_header(p):  # a Parquet or text file: refused before the queue, too
+            raise _not_duckdb(p, st.st_size == 0)
+        tail = _queue_tail(p)
+        had_tail = tail is None or os.path.lexists(tail)
         slot = _queue_enter(p, deadline)  # fairness only: first come, first served
         try:
             key, fd = _lock_file(p, deadline, p, t.unchanged, started)  # the exclusion
@@ -1368,6 +1381,15 @@ class Ledger:
         except RuntimeError as e:
             if interrupted_by_signal(e):  # Ctrl-C during a ledger statement: a KeyboardInterrupt, as anywhere else
                 raise KeyboardInterrupt from None
+            raise
+        except LedgerError as e:
+            if getattr(e, "not_a_ledger", False) and not had_tail and tail is not None:
+                # another DuckDB database: the queue this operation made beside the user's file goes with it (the
+                # queue is fairness only, so a waiter that read it meanwhile loses nothing)
+                try:
+                    os.unlink(tail)
+                except OSError:
+                    pass
             raise
         finally:
             _queue_leave(slot)
@@ -1688,14 +1710,7 @@ class Ledger:
                         hint=_DAMAGED_HINT,
                     ) from None
                 elif "not a valid DuckDB database" in msg:
-                    empty = _size(p) == 0
-                    raise LedgerError(
-                        f"{p} is not a dpsql budget ledger: it is "
-                        + ("an empty file" if empty else "not a DuckDB database file at all")
-                        + " (dpsql creates ledgers atomically, so no ledger of dpsql ever looks like this)",
-                        hint="pass the path of your ledger file (restore it from a backup if it is damaged); "
-                        "to start a new ledger use a new path: " + _INIT_HINT.format(path="NEW_PATH"),
-                    ) from None
+                    raise _not_duckdb(p, _size(p) == 0) from None
                 else:
                     raise LedgerError(
                         f"cannot open the budget ledger {p}: {type(e).__name__}: {msg}; {unchanged}",
@@ -1829,6 +1844,47 @@ def _not_regular(p: str, s: os.stat_result, unchanged: str) -> LedgerError:
         hint="pass the path of your ledger file (a regular file), e.g. --ledger ledger.duckdb; to start "
         "a new ledger: " + _INIT_HINT.format(path="NEW_PATH"),
     )
+
+
+#: the bytes of every DuckDB database file at offset 8 (after its header's checksum)
+_DUCKDB_MAGIC = b"DUCK"
+
+
+def _duckdb_header(p: str) -> bool:
+    """Whether the file ``p`` starts as a DuckDB database does (True too when it cannot be read here: the lock and
+    the ATTACH then say why). Read without the lock: those bytes of a DuckDB file never change."""
+    try:
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError:
+        return True
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return True  # (replaced meanwhile: said by the lock)
+        return os.pread(fd, 12, 0)[8:12] == _DUCKDB_MAGIC
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def _not_duckdb(p: str, empty: bool) -> LedgerError:
+    return LedgerError(
+        f"{p} is not a dpsql budget ledger: it is "
+        + ("an empty file" if empty else "not a DuckDB database file at all")
+        + " (dpsql creates ledgers atomically, so no ledger of dpsql ever looks like this); nothing was changed, and "
+        "nothing was created beside it",
+        hint="pass the path of your ledger file (restore it from a backup if it is damaged); "
+        "to start a new ledger use a new path: " + _INIT_HINT.format(path="NEW_PATH"),
+    )
+
+
+def _queue_tail(p: str) -> str | None:
+    """The queue's tail file ``.<name>.queue`` beside the ledger ``p`` (None when its directory cannot be told)."""
+    try:
+        d, name = os.path.split(os.path.realpath(p))
+    except OSError:
+        return None
+    return os.path.join(d, f".{name}.queue")
 
 
 def _lock_file(
