@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn, TypeVar
 
 from dpsql.budget import is_plain_number, plain_float
-from dpsql.errors import ConfigError, InputUnavailableError
+from dpsql.errors import ConfigError, InputUnavailableError, nearest_names
 from dpsql.interrupts import HeldInterrupt, interruption_point
 from dpsql.plan.typer import parse_type, type_domain
 
@@ -356,6 +356,12 @@ def _whole_bins(table: str, name: str, bins: Any) -> int:
     return int(bins)
 
 
+def _short(v: Any, quoted: bool = True) -> str:
+    """An owner's declared value for a message, cut to 80 characters."""
+    text = repr(v) if quoted else str(v)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def parse_column_spec(table: str, name: str, spec: Any) -> ColumnSpec:
     if not isinstance(spec, dict):
         raise ConfigError(
@@ -365,13 +371,21 @@ def parse_column_spec(table: str, name: str, spec: Any) -> ColumnSpec:
     unknown = set(spec) - known
     if unknown:
         raise ConfigError(
-            f"unknown key(s) {sorted(unknown)} in column spec for '{table}.{name}'",
+            f"unknown key(s) {sorted(unknown)} in column spec for '{table}.{name}'"
+            f"{nearest_names(sorted(unknown), sorted(known | {'type'}))}",
             hint=f"allowed keys: {sorted(known | {'type'})} ('type': a CSV column's type, e.g. 'DOUBLE')",
         )
     bounds = None
     time_bounds = None
     if spec.get("bounds") is not None:
         b = spec["bounds"]
+        if isinstance(b, (str, bytes, bytearray, Mapping)) or not isinstance(b, Iterable):
+            # a text's characters were read as the bounds ("05" as (0, 5)); a mapping's keys, or a KeyError
+            raise ConfigError(f"bounds for '{table}.{name}' must be a pair (lo, hi) of numbers (or of dates/timestamps "
+                              f"together with bins or bin_width), got {b!r}",
+                              hint=f"e.g. columns={{'{name}': {{'bounds': (0, 100)}}}} (in a config: bounds = [0, 100])")
+        if not isinstance(b, (list, tuple)):
+            b = tuple(b)  # e.g. a numpy array
         grid = "bins" in spec or "bin_width" in spec
         try:
             if isinstance(b, (list, tuple)) and not (grid and any(isinstance(x, str) and not is_plain_number(x) for x in b)):
@@ -412,8 +426,18 @@ def parse_column_spec(table: str, name: str, spec: Any) -> ColumnSpec:
         domain = tuple(d)
         if not domain:
             raise ConfigError(f"domain for '{table}.{name}' is empty")
-        if len(set(domain)) != len(domain):
-            raise ConfigError(f"domain for '{table}.{name}' has duplicate values")
+        seen: dict[Any, Any] = {}
+        for v in domain:
+            try:
+                first = seen.get(v, seen)
+            except TypeError:  # a list or dict among the values (it raised a bare TypeError)
+                raise ConfigError(f"domain for '{table}.{name}' has the value {_short(v)}, which is not a key value",
+                                  hint="list plain values of the column's type (text, numbers, dates, booleans)") from None
+            if first is not seen:  # one key twice (also 1 and True, or 1 and 1.0, which Python holds equal)
+                same = repr(v) if repr(first) == repr(v) else f"{first!r} and {v!r}"
+                raise ConfigError(f"domain for '{table}.{name}' has duplicate values: {_short(same, quoted=False)}",
+                                  hint="list each public key once")
+            seen[v] = v
         for v in domain:
             if isinstance(v, str):
                 try:
@@ -698,10 +722,18 @@ def classify_source(source: Any, *, has_connection: bool) -> tuple[str, Any]:
             f"{source!r} is a directory",
             hint=f"pass a glob of its files, e.g. {os.path.join(source, '*.parquet')!r}, or one .parquet or .csv file",
         )
+    elif os.path.exists(source) and low.endswith((".duckdb", ".ddb", ".db")):
+        raise ConfigError(
+            f"{source!r} is a database file, not a table: dpsql registers a table of a DuckDB database by its name in "
+            "the Session's connection",
+            hint=f"open it and register its table by name: Session(..., connection=duckdb.connect({source!r}, "
+            "read_only=True)).register(NAME, 'TABLE', ...)",
+        )
     elif os.path.exists(source):
         raise ConfigError(
             f"cannot tell the format of {source!r}",
-            hint="use a .parquet or .csv file, or a pyarrow.Table",
+            hint="use a .parquet or .csv file, or a pyarrow.Table (a DuckDB database's table: by its name in "
+            "Session(connection=duckdb.connect(PATH)))",
         )
     else:
         raise ConfigError(
@@ -1097,9 +1129,18 @@ def register_table(
                 problems.append(f"foreign key column '{part}' does not exist")
     if problems:
         unregister_source(tname, kind, view)
+        # a Hive-style directory (DIR/g=a/part.parquet): its partition column is in the path, not in the files
+        named = {*col_specs, *(p for fk in refs for p in fk.split(",")), *([privacy_unit.lower()] if privacy_unit else [])}
+        parts = {seg.partition("=")[0].lower() for f in files for seg in os.path.dirname(f).split(os.sep) if "=" in seg}
+        hive = sorted(c for c in named & parts if c not in schema)
         raise ConfigError(
-            f"table '{tname}': " + "; ".join(problems),
-            hint=f"its columns are: {', '.join(sorted(schema))}",
+            f"table '{tname}': " + "; ".join(problems) + (
+                f" ({', '.join(repr(c) for c in hive)}: a Hive partition directory of its files, such as "
+                f"{hive[0]}=VALUE/; dpsql reads the columns stored in the Parquet files only, not partition columns)"
+                if hive else ""),
+            hint=f"its columns are: {', '.join(sorted(schema))}" + (
+                "; register the partitioned data as one Arrow table, pyarrow.dataset.dataset(DIR, "
+                "partitioning='hive').to_table(), or write the partition column into the files" if hive else ""),
         )
     unit_type = schema[privacy_unit.lower()] if privacy_unit is not None else ""
     if is_nested_type(unit_type):

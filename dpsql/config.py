@@ -37,7 +37,7 @@ from typing import Any
 
 from dpsql.budget import PLAIN_FORM, Budget
 from dpsql.engine import EngineSettings
-from dpsql.errors import ConfigError, InputUnavailableError
+from dpsql.errors import ConfigError, InputUnavailableError, nearest_names
 
 #: the ``[ledger] path`` of an in-memory ledger
 MEMORY = ":memory:"
@@ -354,4 +354,5 @@ def _section(raw: dict[str, Any], name: str) -> dict[str, Any]:
 def _unknown(d: dict[str, Any], allowed: tuple[str, ...], where: str, what: str) -> None:
     unknown = sorted(set(d) - set(allowed))
     if unknown:
-        raise ConfigError(f"unknown {what} {unknown} in {where}", hint=f"allowed {what}: {', '.join(allowed)}")
+        raise ConfigError(f"unknown {what} {unknown} in {where}{nearest_names(unknown, allowed)}",
+                          hint=f"allowed {what}: {', '.join(allowed)}")

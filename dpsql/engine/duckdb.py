@@ -672,7 +672,14 @@ class DuckDBBackend:
         values would reach queries unchecked, and reading some of them fails. Only the bound plan is read, never
         a row."""
         rel = exp.to_table(source)
-        scans = self.reading_scans(exp.select("*").from_(rel.copy()))
+        try:
+            scans = self.reading_scans(exp.select("*").from_(rel.copy()))
+        except duckdb.CatalogException:  # named (it was "CatalogException", hinting at a file)
+            raise ConfigError(f"table '{name}': the Session's connection has no table '{source}' (or it is a view over a "
+                              "table or schema that is gone)",
+                              hint="check the name (a table of an attached database is 'db.table' or 'db.schema.table'; "
+                              "list them with con.sql('SHOW ALL TABLES')), and that the Session was given that connection "
+                              "(Session(connection=con))") from None
         if scans:
             raise ConfigError(
                 f"table '{name}': '{source}' of the Session's connection reads {', '.join(scans)}: not a DuckDB table "
@@ -1497,7 +1504,11 @@ def _distinct_names(name: str, names: list[str]) -> None:
     (text read as bytes) and renamed the second one ``a_1``, so the catalog typed a column as
     another's type and exposed the undecoded, uncapped bytes of a text column."""
     seen: dict[str, str] = {}
-    for n in names:
+    for i, n in enumerate(names):
+        if not n:  # (DuckDB could not parse the view over it: "cannot read table source ... check that the file exists")
+            raise ConfigError(f"table '{name}': its column {i + 1} (of {len(names)}) has an empty name, which SQL cannot "
+                              "name", hint="rename the column in the source (e.g. table.rename_columns(...) for an Arrow "
+                              "table), or drop it, before registering it")
         other = seen.get(n.lower())
         seen[n.lower()] = n
         if other is not None:

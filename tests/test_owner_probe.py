@@ -1,0 +1,122 @@
+"""The data owner's registration and configuration: mistakes are clear ConfigErrors at registration,
+naming the problem and the fix, before any ledger or charge (each case read from public metadata only)."""
+
+from __future__ import annotations
+
+import os
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import dpsql
+from dpsql.config import load_config
+from dpsql.errors import ConfigError
+
+T = pa.table({"uid": [1, 2, 3], "v": [1.0, 2.0, 3.0], "g": ["a", "b", "a"]})
+
+
+def _session(**kw):
+    return dpsql.Session(None, dpsql.Budget(1, 1e-6), **kw)
+
+
+@pytest.mark.parametrize("bounds", ["05", "19", b"05"])
+def test_bounds_given_as_one_text_are_refused_not_read_digit_by_digit(bounds):
+    # "05" was read as the pair (0, 5): each character one bound
+    with _session() as s, pytest.raises(ConfigError, match="pair") as e:
+        s.register("t", T, privacy_unit="uid", columns={"v": {"bounds": bounds}})
+    assert "t" not in s.tables and "bounds" in str(e.value)
+
+
+@pytest.mark.parametrize("bounds", [{"lo": 0, "hi": 1}, {0: 0, 1: 1}, 5, None.__class__])
+def test_bounds_of_another_shape_are_a_config_error(bounds):
+    # a mapping raised a bare KeyError (the CLI: "unexpected KeyError")
+    with _session() as s, pytest.raises(ConfigError, match=r"pair \(lo, hi\)"):
+        s.register("t", T, privacy_unit="uid", columns={"v": {"bounds": bounds}})
+
+
+def test_bounds_table_in_the_config_is_a_config_error(tmp_path):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[ledger]\npath = "l.duckdb"\nepsilon = 1\ncreate_if_missing = true\n'
+                   '[tables.e]\nsource = "e.parquet"\nprivacy_unit = "uid"\n[tables.e.columns.v]\nbounds = {lo = 0, hi = 1}\n')
+    pq.write_table(T, tmp_path / "e.parquet")
+    with pytest.raises(ConfigError, match=r"pair \(lo, hi\)"):
+        dpsql.Session.from_config(cfg)
+    assert not (tmp_path / "l.duckdb").exists()
+
+
+def test_domain_with_a_list_value_is_a_config_error():
+    with _session() as s, pytest.raises(ConfigError, match="domain"):
+        s.register("t", T, privacy_unit="uid", columns={"g": {"domain": [["a"], "b"]}})
+
+
+def test_domain_duplicates_are_named():
+    with _session() as s, pytest.raises(ConfigError, match=r"duplicate values.*'k7'"):
+        s.register("t", T, privacy_unit="uid", columns={"g": {"domain": [f"k{i}" for i in range(1000)] + ["k7"]}})
+    with _session() as s, pytest.raises(ConfigError, match=r"duplicate.*1.*True"):  # equal in Python: one key
+        s.register("t", T, privacy_unit="uid", columns={"uid": {"domain": [1, 2, True]}})
+    with _session() as s, pytest.raises(ConfigError, match=r"duplicate values: 2\n"):
+        s.register("t", T, privacy_unit="uid", columns={"uid": {"domain": [1, 2, 2]}})
+
+
+@pytest.mark.parametrize(("body", "wrong", "meant"), [
+    ('[ledger]\npath = "l.duckdb"\nepsilon = 1\ncreate_if_mising = true\n', "create_if_mising", "create_if_missing"),
+    ('[ledgr]\npath = "l.duckdb"\n', "ledgr", "ledger"),
+    ('[ledger]\npath = "l.duckdb"\n[engine]\nmemory_limt = "1GB"\n', "memory_limt", "memory_limit"),
+    ('[ledger]\npath = "l.duckdb"\nepsilon = 1\n[tables.e]\nsource = "e.parquet"\nprivacy_unti = "uid"\n', "privacy_unti",
+     "privacy_unit"),
+])
+def test_unknown_config_key_names_the_nearest_valid_one(tmp_path, body, wrong, meant):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(body)
+    with pytest.raises(ConfigError, match=f"did you mean '{meant}' for '{wrong}'"):
+        load_config(cfg)
+
+
+def test_unknown_column_spec_key_names_the_nearest_valid_one():
+    with _session() as s, pytest.raises(ConfigError, match="did you mean 'bounds' for 'bound'"):
+        s.register("t", T, privacy_unit="uid", columns={"v": {"bound": (0, 1)}})
+
+
+def test_unknown_engine_setting_names_the_nearest_valid_one():
+    with pytest.raises(ConfigError, match="did you mean 'memory_limit' for 'memory_limt'"):
+        dpsql.Session(None, dpsql.Budget(1, 0), engine={"memory_limt": "1GB"})
+
+
+def test_arrow_column_with_an_empty_name_is_named():
+    t = pa.table({"uid": [1, 2], "": [1.0, 2.0]})
+    with _session() as s, pytest.raises(ConfigError, match="empty name") as e:
+        s.register("t", t, privacy_unit="uid")
+    assert "exists, is readable" not in str(e.value)
+
+
+def test_a_duckdb_database_file_as_source_says_how_to_register_its_tables(tmp_path):
+    db = tmp_path / "x.duckdb"
+    duckdb.connect(str(db)).close()
+    with _session() as s, pytest.raises(ConfigError, match=r"connection=duckdb\.connect"):
+        s.register("t", str(db), privacy_unit="uid")
+
+
+def test_a_missing_table_of_the_connection_is_named():
+    con = duckdb.connect()
+    with _session(connection=con) as s, pytest.raises(ConfigError, match="no table 'nope'") as e:
+        s.register("t", "nope", privacy_unit="uid")
+    assert "file exists" not in str(e.value)
+
+
+def test_a_hive_partition_column_is_said_to_be_unread(tmp_path):
+    for g in ("a", "b"):
+        os.makedirs(tmp_path / f"g={g}")
+        pq.write_table(T.drop(["g"]), tmp_path / f"g={g}" / "part.parquet")
+    with _session() as s, pytest.raises(ConfigError, match="partition") as e:
+        s.register("t", str(tmp_path / "*" / "*.parquet"), privacy_unit="uid", columns={"g": {"domain": ["a", "b"]}})
+    assert "'g'" in str(e.value)
+
+
+def test_a_missing_column_outside_a_partition_path_is_not_called_a_partition(tmp_path):
+    os.makedirs(tmp_path / "g=a")
+    pq.write_table(T.drop(["g"]), tmp_path / "g=a" / "part.parquet")
+    with _session() as s, pytest.raises(ConfigError, match="declared column 'w' does not exist") as e:
+        s.register("t", str(tmp_path / "*" / "*.parquet"), privacy_unit="uid", columns={"w": {"bounds": (0, 1)}})
+    assert "partition" not in str(e.value)
