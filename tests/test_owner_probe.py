@@ -120,3 +120,14 @@ def test_a_missing_column_outside_a_partition_path_is_not_called_a_partition(tmp
     with _session() as s, pytest.raises(ConfigError, match="declared column 'w' does not exist") as e:
         s.register("t", str(tmp_path / "*" / "*.parquet"), privacy_unit="uid", columns={"w": {"bounds": (0, 1)}})
     assert "partition" not in str(e.value)
+
+
+def test_a_config_reference_to_a_table_it_does_not_register_is_refused_at_load(tmp_path):
+    # it loaded, `dpsql tables` listed it, and every query of the table was refused (the CLI can add no table)
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[ledger]\npath = "l.duckdb"\nepsilon = 1\ncreate_if_missing = true\n'
+                   '[tables.users]\nsource = "u.parquet"\nprivacy_unit = "uid"\n'
+                   '[tables.orders]\nsource = "u.parquet"\nreferences = {uid = "user.uid"}\n')
+    with pytest.raises(ConfigError, match=r"registers no table 'user'.*did you mean 'users'"):
+        load_config(cfg)
+    assert not (tmp_path / "l.duckdb").exists()
