@@ -748,6 +748,13 @@ def classify_source(source: Any, *, has_connection: bool) -> tuple[str, Any]:
             f"({sys.getfilesystemencoding()}, from its locale), so no file can be opened under that name",
             hint=_LOCALE_HINT) from None
     matches = glob.glob(source) if is_glob else ([source] if os.path.exists(source) else [])
+    if "**" in source:  # DuckDB's and Spark's globs recurse there, Python's (which dpsql expands) does not
+        star = (f"table source {source!r}: '**' matches one directory level, as '*' does, not any depth of "
+                "directories")
+        fix = "name each level with '*' (e.g. 'data/*/*.parquet' for files one directory down), or register each depth as its own table"
+        if not matches:
+            raise ConfigError(star + ": no file matches it", hint=fix)
+        warnings.warn(f"{star}: {len(matches)} file(s) matched ({fix})", stacklevel=4)
     if not matches:  # not written yet, perhaps: a retry may find it
         raise InputUnavailableError(
             f"no file matches {source!r}",

@@ -131,3 +131,29 @@ def test_a_config_reference_to_a_table_it_does_not_register_is_refused_at_load(t
     with pytest.raises(ConfigError, match=r"registers no table 'user'.*did you mean 'users'"):
         load_config(cfg)
     assert not (tmp_path / "l.duckdb").exists()
+
+
+def test_a_parquet_file_with_a_repeated_column_name_is_named(tmp_path):
+    t = pa.Table.from_arrays([pa.array([1]), pa.array([2])], names=["uid", "uid"])
+    pq.write_table(t, tmp_path / "dup.parquet")
+    with _session() as s, pytest.raises(ConfigError, match="two columns are named 'uid' and 'uid'"):
+        s.register("t", str(tmp_path / "dup.parquet"), privacy_unit="uid")
+
+
+def test_columns_only_later_files_of_a_glob_hold_are_said_unread(tmp_path):
+    pq.write_table(pa.table({"uid": [1], "x": [1]}), tmp_path / "a.parquet")
+    pq.write_table(pa.table({"uid": [2], "x": [2], "y": [1.0]}), tmp_path / "b.parquet")
+    with _session() as s, pytest.warns(UserWarning, match=r"'y' of .*b\.parquet.*not read"):
+        s.register("t", str(tmp_path / "*.parquet"), privacy_unit="uid")
+    assert "y" not in s.tables["t"].schema
+
+
+def test_a_double_star_glob_is_said_to_match_one_directory_level(tmp_path):
+    os.makedirs(tmp_path / "a" / "b")
+    pq.write_table(T, tmp_path / "a" / "b" / "x.parquet")
+    with _session() as s, pytest.raises(ConfigError, match=r"'\*\*' matches one directory level"):
+        s.register("t", str(tmp_path / "**" / "*.parquet"), privacy_unit="uid")
+    pq.write_table(T, tmp_path / "a" / "y.parquet")  # a match at one level: read, with a warning
+    with _session() as s, pytest.warns(UserWarning, match=r"'\*\*' matches one directory level"):
+        s.register("t", str(tmp_path / "**" / "*.parquet"), privacy_unit="uid")
+    assert len(s.tables["t"].files) == 1

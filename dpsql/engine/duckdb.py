@@ -63,6 +63,7 @@ from dpsql.engine._duckdb_sources import (
     _cap,
     _csv_header,
     _csv_unquote,
+    _distinct_names,
     _duck_plan,
     _expand,
     _literal_files,
@@ -1496,27 +1497,6 @@ class DuckDBBackend:
                     pass
         assert failure is not None
         raise failure
-
-
-def _distinct_names(name: str, names: list[str]) -> None:
-    """Refuse a source with two columns whose names differ only in case (free: its schema only).
-    DuckDB compares column names case-insensitively: the view's ``"a"`` bound the raw ``"A"``
-    (text read as bytes) and renamed the second one ``a_1``, so the catalog typed a column as
-    another's type and exposed the undecoded, uncapped bytes of a text column."""
-    seen: dict[str, str] = {}
-    for i, n in enumerate(names):
-        if not n:  # (DuckDB could not parse the view over it: "cannot read table source ... check that the file exists")
-            raise ConfigError(f"table '{name}': its column {i + 1} (of {len(names)}) has an empty name, which SQL cannot "
-                              "name", hint="rename the column in the source (e.g. table.rename_columns(...) for an Arrow "
-                              "table), or drop it, before registering it")
-        other = seen.get(n.lower())
-        seen[n.lower()] = n
-        if other is not None:
-            raise ConfigError(
-                f"table '{name}': two columns are named {other!r} and {n!r}, which SQL does not tell apart (names "
-                "are compared case-insensitively)",
-                hint="rename or drop one of them before registering the source",
-            )
 
 
 def _valid_utf8(arr: pa.Array, target: pa.DataType) -> pa.Array:
