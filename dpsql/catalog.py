@@ -1147,7 +1147,11 @@ def register_table(
                 if hive else ""),
             hint=f"its columns are: {', '.join(sorted(schema))}" + (
                 "; register the partitioned data as one Arrow table, pyarrow.dataset.dataset(DIR, "
-                "partitioning='hive').to_table(), or write the partition column into the files" if hive else ""),
+                "partitioning='hive').to_table(), or write the partition column into the files" if hive else "")
+            + (f"; its header is one column holding {', '.join(repr(d) for d in delims)}: a CSV source is read "
+               "comma-separated (tab-separated when named .tsv), so write the file with commas (or convert it to Parquet)"
+               if (delims := [d for d in ";|\t" if kind == "csv" and len(schema) == 1 and d in next(iter(schema))])
+               else ""),
         )
     unit_type = schema[privacy_unit.lower()] if privacy_unit is not None else ""
     if is_nested_type(unit_type):

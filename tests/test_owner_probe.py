@@ -157,3 +157,10 @@ def test_a_double_star_glob_is_said_to_match_one_directory_level(tmp_path):
     with _session() as s, pytest.warns(UserWarning, match=r"'\*\*' matches one directory level"):
         s.register("t", str(tmp_path / "**" / "*.parquet"), privacy_unit="uid")
     assert len(s.tables["t"].files) == 1
+
+
+def test_a_csv_with_another_delimiter_is_said_to_be_read_with_commas(tmp_path):
+    (tmp_path / "semi.csv").write_text("uid;x\n1;2\n")
+    with _session() as s, pytest.raises(ConfigError, match="comma") as e:
+        s.register("t", str(tmp_path / "semi.csv"), privacy_unit="uid")
+    assert "';'" in str(e.value)
