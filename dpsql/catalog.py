@@ -657,6 +657,9 @@ def _parse_ordered(table: str, name: str, o: Any, bounds: tuple[float, float] | 
 def _source_hint(source: Any) -> str:
     """How to pass an unsupported source: Arrow streams and datasets, and data frames, by name."""
     accepted = "a Parquet path or glob, a CSV path, a pyarrow.Table, or a table name in the Session's DuckDB connection"
+    if type(source).__name__ == "DuckDBPyRelation":  # (it has a to_table, which creates a table in its connection)
+        return ("materialise the relation in the Session's connection, rel.create('NAME') (CREATE TABLE NAME AS ...), "
+                f"and register 'NAME'; or pass rel.to_arrow_table() (a pyarrow.Table); accepted: {accepted}")
     if callable(getattr(source, "read_all", None)):  # pyarrow.RecordBatchReader (a stream, read once)
         return (f"a {type(source).__name__} can be read only once, and dpsql reads the table at every query: pass "
                 f"source.read_all() (a pyarrow.Table), or {accepted}")

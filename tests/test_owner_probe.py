@@ -164,3 +164,11 @@ def test_a_csv_with_another_delimiter_is_said_to_be_read_with_commas(tmp_path):
     with _session() as s, pytest.raises(ConfigError, match="comma") as e:
         s.register("t", str(tmp_path / "semi.csv"), privacy_unit="uid")
     assert "';'" in str(e.value)
+
+
+def test_a_duckdb_relation_as_source_says_how_to_register_it():
+    # the hint was a dataset's ("source.to_table()"), which on a relation creates a table and needs its name
+    con = duckdb.connect()
+    with _session(connection=con) as s, pytest.raises(ConfigError, match=r"to_arrow_table\(\)") as e:
+        s.register("t", con.sql("SELECT 1 AS uid"), privacy_unit="uid")
+    assert "dataset" not in str(e.value)
