@@ -587,6 +587,11 @@ def _parse_ordered(table: str, name: str, o: Any, bounds: tuple[float, float] | 
         )
     bins = plain_float(o.get("bins"), f"bins for '{table}.{name}'")
     width = o.get("bin_width")
+    if bins is not None and width is not None:  # one was dropped without a word (bins for numbers, the width for dates)
+        raise ConfigError(f"the ordered domain of '{table}.{name}' declares bins={o.get('bins')!r} and "
+                          f"bin_width={width!r}: declare bins or bin_width, not both",
+                          hint="keep the one you mean: bins cuts the bounds into that many equal bins, bin_width into "
+                               "bins of that width")
     if isinstance(width, str) and not re.search(r"[a-z]", width, re.I):  # a number as text; '1 hour' is a span
         width = plain_float(width, f"bin_width for '{table}.{name}'")
     if isinstance(lo, (int, float)) and isinstance(hi, (int, float)):

@@ -172,3 +172,13 @@ def test_a_duckdb_relation_as_source_says_how_to_register_it():
     with _session(connection=con) as s, pytest.raises(ConfigError, match=r"to_arrow_table\(\)") as e:
         s.register("t", con.sql("SELECT 1 AS uid"), privacy_unit="uid")
     assert "dataset" not in str(e.value)
+
+
+@pytest.mark.parametrize(("col", "spec"), [
+    ("v", {"bounds": (0, 100), "bins": 10, "bin_width": 7}),  # bins won: bins of 10, the width of 7 dropped
+    ("d", {"bounds": ("2024-01-01", "2024-12-31"), "bins": 10, "bin_width": "1 day"}),  # here the width won
+])
+def test_bins_and_bin_width_together_are_refused(col, spec):
+    t = T.append_column("d", pa.array([None, None, None], pa.date32()))
+    with _session() as s, pytest.raises(ConfigError, match="bins or bin_width, not both"):
+        s.register("t", t, privacy_unit="uid", columns={col: spec})
