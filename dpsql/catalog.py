@@ -964,6 +964,33 @@ def _plain(v: Any) -> Any:
     return v
 
 
+def _warn_shared_source(catalog: Mapping[str, TableSpec], tname: str, kind: str, src: Any, files: tuple[str, ...],
+                        public: bool) -> None:
+    """Warn (the owner, of their own registrations: no row is read) of a source of people registered under two
+    names, or as people and as public: to dpsql each name is a table of its own, so one human in both is two persons
+    (a join of the two protects them at twice the bound), and a public copy's values are released as they are."""
+    mine = {os.path.realpath(f) for f in files}
+    for other in catalog.values():
+        if other.name == tname or (public and other.public) or other.source_kind != kind:
+            continue
+        same = (bool(mine & {os.path.realpath(f) for f in other.files}) if files
+                else kind == "duckdb" and isinstance(src, str) and src.lower() == str(other.source).lower())
+        if not same:
+            continue
+        what = f"'{os.path.basename(sorted(mine)[0])}'" if files else f"'{src}'"
+        if public or other.public:
+            pub, people = (tname, other.name) if public else (other.name, tname)
+            warnings.warn(f"public table '{pub}' reads {what} as table '{people}', which holds people, does: a public "
+                          "table's values are released as they are (its keys in full, its columns as join keys), so "
+                          f"register '{pub}' as public only if its source holds no person", stacklevel=4)
+        else:
+            warnings.warn(f"table '{tname}' reads {what} as table '{other.name}' does: to dpsql they are two tables of "
+                          "people, so one human in both is two persons (a join of the two protects them at twice the "
+                          "bound); register each source of people once (a self-join takes aliases of one table)",
+                          stacklevel=4)
+        return
+
+
 #: ``register_source(name, kind, source, view, types=...) -> schema``: the engine's step that
 #: creates the private view on a source and returns its schema (column -> type); and
 #: ``unregister_source(name, kind, view)``, its inverse
@@ -1131,6 +1158,7 @@ def register_table(
     if old is not None and old.view == view:
         view += "_2"
     files = source_files(kind, src)
+    _warn_shared_source(catalog, tname, kind, src, files, public)
     schema = register_source(tname, kind, src, view, types=types)
     problems = []
     if privacy_unit is not None and privacy_unit.lower() not in schema:

@@ -4,6 +4,7 @@ naming the problem and the fix, before any ledger or charge (each case read from
 from __future__ import annotations
 
 import os
+import warnings
 
 import duckdb
 import pyarrow as pa
@@ -182,3 +183,22 @@ def test_bins_and_bin_width_together_are_refused(col, spec):
     t = T.append_column("d", pa.array([None, None, None], pa.date32()))
     with _session() as s, pytest.raises(ConfigError, match="bins or bin_width, not both"):
         s.register("t", t, privacy_unit="uid", columns={col: spec})
+
+
+def test_one_file_of_people_registered_under_two_names_is_warned_of(tmp_path):
+    # README: one human in both is two persons to dpsql, and a join of the two protects them at twice the bound
+    pq.write_table(T, tmp_path / "people.parquet")
+    with _session() as s:
+        s.register("a", str(tmp_path / "people.parquet"), privacy_unit="uid")
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            s.register("a", str(tmp_path / "people.parquet"), privacy_unit="uid")  # registered again: no warning
+        with pytest.warns(UserWarning, match=r"table 'b' reads .*people\.parquet.* as table 'a'"):
+            s.register("b", str(tmp_path / "*.parquet"), privacy_unit="uid")
+        with pytest.warns(UserWarning, match=r"public table 'p' reads .* as table 'a'.*released as they are"):
+            s.register("p", str(tmp_path / "people.parquet"), public=True)
+    pq.write_table(T, tmp_path / "countries.parquet")
+    with _session() as s, warnings.catch_warnings():
+        warnings.simplefilter("error")
+        s.register("c1", str(tmp_path / "countries.parquet"), public=True)
+        s.register("c2", str(tmp_path / "countries.parquet"), public=True)  # two public names: nothing to protect
