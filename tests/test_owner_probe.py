@@ -85,9 +85,10 @@ def test_unknown_engine_setting_names_the_nearest_valid_one():
         dpsql.Session(None, dpsql.Budget(1, 0), engine={"memory_limt": "1GB"})
 
 
-def test_arrow_column_with_an_empty_name_is_named():
-    t = pa.table({"uid": [1, 2], "": [1.0, 2.0]})
-    with _session() as s, pytest.raises(ConfigError, match="empty name") as e:
+@pytest.mark.parametrize(("name", "said"), [("", "an empty name"), ("a\x00b", "a NUL character")])
+def test_arrow_column_with_an_empty_name_or_a_nul_is_named(name, said):
+    t = pa.table({"uid": [1, 2], name: [1.0, 2.0]})
+    with _session() as s, pytest.raises(ConfigError, match=said) as e:
         s.register("t", t, privacy_unit="uid")
     assert "exists, is readable" not in str(e.value)
 

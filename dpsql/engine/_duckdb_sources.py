@@ -843,10 +843,11 @@ def _distinct_names(name: str, names: list[str]) -> None:
     another's type and exposed the undecoded, uncapped bytes of a text column."""
     seen: dict[str, str] = {}
     for i, n in enumerate(names):
-        if not n:  # (DuckDB could not parse the view over it: "cannot read table source ... check that the file exists")
-            raise ConfigError(f"table '{name}': its column {i + 1} (of {len(names)}) has an empty name, which SQL cannot "
-                              "name", hint="rename the column in the source (e.g. table.rename_columns(...) for an Arrow "
-                              "table), or drop it, before registering it")
+        if not n or "\x00" in n:  # (DuckDB could not bind a view over it: "cannot read table source ... check that the file exists")
+            raise ConfigError(f"table '{name}': its column {i + 1} (of {len(names)}) has "
+                              f"{'a NUL character in its name' if n else 'an empty name'}, which SQL cannot name",
+                              hint="rename the column in the source (e.g. table.rename_columns(...) for an Arrow table), or "
+                              "drop it, before registering it")
         other = seen.get(n.lower())
         seen[n.lower()] = n
         if other is not None:
