@@ -203,3 +203,13 @@ def test_one_file_of_people_registered_under_two_names_is_warned_of(tmp_path):
         warnings.simplefilter("error")
         s.register("c1", str(tmp_path / "countries.parquet"), public=True)
         s.register("c2", str(tmp_path / "countries.parquet"), public=True)  # two public names: nothing to protect
+
+
+def test_the_command_line_says_how_to_read_a_duckdb_database_file(tmp_path, capsys):
+    from dpsql.cli import main
+
+    db = tmp_path / "x.duckdb"
+    duckdb.connect(str(db)).close()
+    assert main(["tables", "--table", f"e={db}", "--privacy-unit", "e=uid"]) == 2
+    err = capsys.readouterr().err
+    assert "COPY" in err and "Session(" not in err
