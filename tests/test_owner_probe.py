@@ -213,3 +213,12 @@ def test_the_command_line_says_how_to_read_a_duckdb_database_file(tmp_path, caps
     assert main(["tables", "--table", f"e={db}", "--privacy-unit", "e=uid"]) == 2
     err = capsys.readouterr().err
     assert "COPY" in err and "Session(" not in err
+
+
+def test_registering_on_a_closed_connection_says_it_is_closed():
+    con = duckdb.connect()
+    con.execute("CREATE TABLE ev AS SELECT 1 AS uid")
+    with _session(connection=con) as s:
+        con.close()
+        with pytest.raises(ConfigError, match="connection given to this Session is closed"):
+            s.register("t", "ev", privacy_unit="uid")

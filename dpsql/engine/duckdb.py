@@ -675,6 +675,10 @@ class DuckDBBackend:
         rel = exp.to_table(source)
         try:
             scans = self.reading_scans(exp.select("*").from_(rel.copy()))
+        except duckdb.ConnectionException:  # closed by the caller (it was "ConnectionException", hinting at a file)
+            raise ConfigError(f"table '{name}': the DuckDB connection given to this Session is closed",
+                              hint="open the Session on an open connection (Session(connection=con)), or let dpsql open "
+                              "its own connection") from None
         except duckdb.CatalogException:  # named (it was "CatalogException", hinting at a file)
             raise ConfigError(f"table '{name}': the Session's connection has no table '{source}' (or it is a view over a "
                               "table or schema that is gone)",
