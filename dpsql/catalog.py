@@ -1063,8 +1063,11 @@ def register_table(
     if version is not None and (not isinstance(version, str) or not version):
         raise ConfigError(f"version for table '{tname}' must be a non-empty string, got {version!r}",
                           hint="e.g. register(..., version='2026-11-30')")
-    if isinstance(tau, bool) or not isinstance(tau, int) or tau < 1:
-        raise ConfigError(f"tau for table '{tname}' must be a whole number >= 1, got {tau!r}")
+    tau_v = _check_cap(tau, "tau", tname)  # as the caps are read: 2.0 (TOML's float) and "2" are 2
+    if math.isinf(tau_v):
+        raise ConfigError(f"tau for table '{tname}' must be a whole number >= 1, got {tau!r}",
+                          hint=f"register('{tname}', ..., tau=10)")
+    tau = int(tau_v)
     if columns is not None and not isinstance(columns, Mapping):
         raise ConfigError(f"columns for table '{tname}' must be a dict of column specs, got {type(columns).__name__}",
                           hint="columns={'amount': {'bounds': (0, 100)}}")

@@ -222,3 +222,17 @@ def test_registering_on_a_closed_connection_says_it_is_closed():
         con.close()
         with pytest.raises(ConfigError, match="connection given to this Session is closed"):
             s.register("t", "ev", privacy_unit="uid")
+
+
+@pytest.mark.parametrize("tau", [2.0, "2"])
+def test_tau_is_read_as_the_caps_are(tau):
+    # max_groups_per_unit took 5.0 and "5", tau refused 2.0 (TOML's float) and "2"
+    with _session() as s:
+        s.register("t", T, privacy_unit="uid", tau=tau)
+        assert s.tables["t"].tau == 2 and type(s.tables["t"].tau) is int
+
+
+@pytest.mark.parametrize("tau", [2.5, 0, float("inf"), True, "1_0"])
+def test_tau_that_is_no_whole_number_is_refused(tau):
+    with _session() as s, pytest.raises(ConfigError, match="tau"):
+        s.register("t", T, privacy_unit="uid", tau=tau)
