@@ -1200,6 +1200,12 @@ def register_table(
                           "whose values cannot be told apart by their binary value",
                           hint="register an integer, DECIMAL, text or date column that identifies a person (e.g. derive "
                           "one upstream)")
+    if unit_type.strip().strip('"').upper() == "NULL":  # (an Arrow null column): every row would belong to nobody
+        unregister_source(tname, kind, view)
+        raise ConfigError(f"table '{tname}': the privacy unit '{privacy_unit}' has the type NULL (no value but NULL), so "
+                          "every row would belong to nobody and be dropped: every answer would be noise alone",
+                          hint="register the column that identifies a person (an Arrow column of type pa.null() holds no "
+                          "value: build the table with the id column's real type)")
     if unit_type.strip().upper() == "JSON":
         # JSON compares under the connection's collation (no binary collation applies to it) but is spelled
         # apart: under 'nocase' the people '"A"' and '"a"' were one value to the caps and joins, two users to

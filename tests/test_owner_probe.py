@@ -236,3 +236,9 @@ def test_tau_is_read_as_the_caps_are(tau):
 def test_tau_that_is_no_whole_number_is_refused(tau):
     with _session() as s, pytest.raises(ConfigError, match="tau"):
         s.register("t", T, privacy_unit="uid", tau=tau)
+
+
+def test_a_privacy_unit_of_the_null_type_is_refused():
+    # every row's unit is NULL: every row belongs to nobody and is dropped, so every answer is noise alone
+    with _session() as s, pytest.raises(ConfigError, match="NULL"):
+        s.register("t", pa.table({"uid": pa.nulls(3), "v": [1.0, 2.0, 3.0]}), privacy_unit="uid")
