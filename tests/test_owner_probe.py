@@ -242,3 +242,19 @@ def test_a_privacy_unit_of_the_null_type_is_refused():
     # every row's unit is NULL: every row belongs to nobody and is dropped, so every answer is noise alone
     with _session() as s, pytest.raises(ConfigError, match="NULL"):
         s.register("t", pa.table({"uid": pa.nulls(3), "v": [1.0, 2.0, 3.0]}), privacy_unit="uid")
+
+
+def test_a_new_ledger_with_a_zero_epsilon_total_is_refused(tmp_path):
+    # it was created, and could answer no query: a slip for 1.0 or 0.5
+    with pytest.raises(ConfigError, match="epsilon=0 allows no query"):
+        dpsql.Session(tmp_path / "l.duckdb", dpsql.Budget(0, 0), create=True)
+    assert os.listdir(tmp_path) == []
+    from dpsql.cli import main
+
+    assert main(["init", "--epsilon", "0", "--delta", "0", "--ledger", str(tmp_path / "l.duckdb")]) == 2
+    assert not (tmp_path / "l.duckdb").exists()
+
+
+def test_a_negative_total_says_zero_is_allowed_where_it_is():
+    with pytest.raises(ConfigError, match=r"finite number >= 0, got -1"):
+        dpsql.Budget(-1, 0)
