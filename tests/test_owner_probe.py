@@ -258,3 +258,15 @@ def test_a_new_ledger_with_a_zero_epsilon_total_is_refused(tmp_path):
 def test_a_negative_total_says_zero_is_allowed_where_it_is():
     with pytest.raises(ConfigError, match=r"finite number >= 0, got -1"):
         dpsql.Budget(-1, 0)
+
+
+def test_a_csv_header_names_the_repeated_column_and_an_empty_file_is_said_empty(tmp_path):
+    (tmp_path / "d.csv").write_text("uid,Amount,amount\n1,2,3\n")
+    with _session() as s, pytest.raises(ConfigError, match="'Amount' and 'amount'"):
+        s.register("t", str(tmp_path / "d.csv"), privacy_unit="uid")
+    (tmp_path / "x.csv").write_text("uid,x,x\n1,2,3\n")  # one-letter names: one interned string object
+    with _session() as s, pytest.raises(ConfigError, match="'x' and 'x'"):
+        s.register("t", str(tmp_path / "x.csv"), privacy_unit="uid")
+    (tmp_path / "e.csv").write_text("")
+    with _session() as s, pytest.raises(ConfigError, match="is empty"):
+        s.register("t", str(tmp_path / "e.csv"), privacy_unit="uid")

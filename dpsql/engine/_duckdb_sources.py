@@ -683,12 +683,18 @@ def _csv_header(path: str, delim: str, encoding: str = "utf-8") -> list[str]:
     except csv.Error:
         pass
     names = [n.strip() for n in names]
+    if not raw:
+        raise ConfigError(f"the CSV file {path!r} is empty: it has no header line",
+                          hint="the first line of a CSV source must be its header, e.g. user_id,amount,country")
     if not names or any(not n for n in names):
         raise ConfigError(f"the header line of {path!r} needs a non-empty name for every column",
                           hint="the first line of a CSV source must be its header, e.g. user_id,amount,country")
-    low = [n.lower() for n in names]
-    if len(set(low)) != len(low):
-        raise ConfigError(f"the header line of {path!r} repeats a column name (names are compared case-insensitively)")
+    seen: dict[str, str] = {}
+    for n in names:
+        if (first := seen.get(n.lower())) is not None:
+            raise ConfigError(f"the header line of {path!r} repeats a column name: {first!r} and {n!r} (names are "
+                              "compared case-insensitively)", hint="rename one of them in the header")
+        seen[n.lower()] = n
     return names
 
 
