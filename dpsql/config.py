@@ -276,6 +276,14 @@ def _beyond_limits(data: bytes, e: BaseException) -> str:
     return f"a number literal{line} has more digits than Python reads (4300)"
 
 
+def distinct_tables(tables: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    """``Session(tables=...)``: refused when two names are one to SQL ('E' and 'e': the second replaced the first)."""
+    _distinct_folded(tables or {}, lambda a, b: ConfigError(
+        f"tables '{a}' and '{b}' are one name to SQL (names are case-insensitive): one would silently replace the other",
+        hint="give each table its own name"))
+    return tables or {}
+
+
 def _references_registered(tables: Mapping[str, Mapping[str, Any]]) -> None:
     """Refuse a reference to a table the file does not register: a config's tables are the whole catalog of
     its commands (the command line adds none to an owner's config), so every query of the referencing table

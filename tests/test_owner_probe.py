@@ -270,3 +270,10 @@ def test_a_csv_header_names_the_repeated_column_and_an_empty_file_is_said_empty(
     (tmp_path / "e.csv").write_text("")
     with _session() as s, pytest.raises(ConfigError, match="is empty"):
         s.register("t", str(tmp_path / "e.csv"), privacy_unit="uid")
+
+
+def test_session_tables_that_are_one_name_to_sql_are_refused():
+    # the second replaced the first without a word (the config file refuses the same)
+    tables = {"E": {"source": T, "privacy_unit": "uid"}, "e": {"source": T, "privacy_unit": "uid"}}
+    with pytest.raises(ConfigError, match="'E' and 'e'"):
+        dpsql.Session(None, dpsql.Budget(1, 1e-6), tables=tables)
