@@ -100,7 +100,7 @@ def check_epsilon(epsilon: object, *, name: str = "epsilon", allow_zero: bool = 
         raise ConfigError(f"{name} must be a number, got {epsilon!r}", hint=f"pass {name}=1.0") from None
     if is_boolean(epsilon) or math.isnan(e) or math.isinf(e) or e < 0 or (e == 0 and not allow_zero):
         raise ConfigError(
-            f"{name} must be a finite number > 0, got {epsilon!r}",
+            f"{name} must be a finite number {'>=' if allow_zero else '>'} 0, got {epsilon!r}",
             hint=f"pass a positive {name}, e.g. {name}=1.0",
         )
     return e + 0.0  # -0.0 is zero: recorded and shown as 0.0

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn, TypeVar
 
 from dpsql.budget import is_plain_number, plain_float
-from dpsql.errors import ConfigError, InputUnavailableError
+from dpsql.errors import ConfigError, InputUnavailableError, nearest_names
 from dpsql.interrupts import HeldInterrupt, interruption_point
 from dpsql.plan.typer import parse_type, type_domain
 
@@ -356,6 +356,12 @@ def _whole_bins(table: str, name: str, bins: Any) -> int:
     return int(bins)
 
 
+def _short(v: Any, quoted: bool = True) -> str:
+    """An owner's declared value for a message, cut to 80 characters."""
+    text = repr(v) if quoted else str(v)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def parse_column_spec(table: str, name: str, spec: Any) -> ColumnSpec:
     if not isinstance(spec, dict):
         raise ConfigError(
@@ -365,13 +371,21 @@ def parse_column_spec(table: str, name: str, spec: Any) -> ColumnSpec:
     unknown = set(spec) - known
     if unknown:
         raise ConfigError(
-            f"unknown key(s) {sorted(unknown)} in column spec for '{table}.{name}'",
+            f"unknown key(s) {sorted(unknown)} in column spec for '{table}.{name}'"
+            f"{nearest_names(sorted(unknown), sorted(known | {'type'}))}",
             hint=f"allowed keys: {sorted(known | {'type'})} ('type': a CSV column's type, e.g. 'DOUBLE')",
         )
     bounds = None
     time_bounds = None
     if spec.get("bounds") is not None:
         b = spec["bounds"]
+        if isinstance(b, (str, bytes, bytearray, Mapping)) or not isinstance(b, Iterable):
+            # a text's characters were read as the bounds ("05" as (0, 5)); a mapping's keys, or a KeyError
+            raise ConfigError(f"bounds for '{table}.{name}' must be a pair (lo, hi) of numbers (or of dates/timestamps "
+                              f"together with bins or bin_width), got {b!r}",
+                              hint=f"e.g. columns={{'{name}': {{'bounds': (0, 100)}}}} (in a config: bounds = [0, 100])")
+        if not isinstance(b, (list, tuple)):
+            b = tuple(b)  # e.g. a numpy array
         grid = "bins" in spec or "bin_width" in spec
         try:
             if isinstance(b, (list, tuple)) and not (grid and any(isinstance(x, str) and not is_plain_number(x) for x in b)):
@@ -412,8 +426,18 @@ def parse_column_spec(table: str, name: str, spec: Any) -> ColumnSpec:
         domain = tuple(d)
         if not domain:
             raise ConfigError(f"domain for '{table}.{name}' is empty")
-        if len(set(domain)) != len(domain):
-            raise ConfigError(f"domain for '{table}.{name}' has duplicate values")
+        seen: dict[Any, Any] = {}
+        for v in domain:
+            try:
+                first = seen.get(v, seen)
+            except TypeError:  # a list or dict among the values (it raised a bare TypeError)
+                raise ConfigError(f"domain for '{table}.{name}' has the value {_short(v)}, which is not a key value",
+                                  hint="list plain values of the column's type (text, numbers, dates, booleans)") from None
+            if first is not seen:  # one key twice (also 1 and True, or 1 and 1.0, which Python holds equal)
+                same = repr(v) if repr(first) == repr(v) else f"{first!r} and {v!r}"
+                raise ConfigError(f"domain for '{table}.{name}' has duplicate values: {_short(same, quoted=False)}",
+                                  hint="list each public key once")
+            seen[v] = v
         for v in domain:
             if isinstance(v, str):
                 try:
@@ -563,6 +587,11 @@ def _parse_ordered(table: str, name: str, o: Any, bounds: tuple[float, float] | 
         )
     bins = plain_float(o.get("bins"), f"bins for '{table}.{name}'")
     width = o.get("bin_width")
+    if bins is not None and width is not None:  # one was dropped without a word (bins for numbers, the width for dates)
+        raise ConfigError(f"the ordered domain of '{table}.{name}' declares bins={o.get('bins')!r} and "
+                          f"bin_width={width!r}: declare bins or bin_width, not both",
+                          hint="keep the one you mean: bins cuts the bounds into that many equal bins, bin_width into "
+                               "bins of that width")
     if isinstance(width, str) and not re.search(r"[a-z]", width, re.I):  # a number as text; '1 hour' is a span
         width = plain_float(width, f"bin_width for '{table}.{name}'")
     if isinstance(lo, (int, float)) and isinstance(hi, (int, float)):
@@ -633,6 +662,9 @@ def _parse_ordered(table: str, name: str, o: Any, bounds: tuple[float, float] | 
 def _source_hint(source: Any) -> str:
     """How to pass an unsupported source: Arrow streams and datasets, and data frames, by name."""
     accepted = "a Parquet path or glob, a CSV path, a pyarrow.Table, or a table name in the Session's DuckDB connection"
+    if type(source).__name__ == "DuckDBPyRelation":  # (it has a to_table, which creates a table in its connection)
+        return ("materialise the relation in the Session's connection, rel.create('NAME') (CREATE TABLE NAME AS ...), "
+                f"and register 'NAME'; or pass rel.to_arrow_table() (a pyarrow.Table); accepted: {accepted}")
     if callable(getattr(source, "read_all", None)):  # pyarrow.RecordBatchReader (a stream, read once)
         return (f"a {type(source).__name__} can be read only once, and dpsql reads the table at every query: pass "
                 f"source.read_all() (a pyarrow.Table), or {accepted}")
@@ -698,10 +730,18 @@ def classify_source(source: Any, *, has_connection: bool) -> tuple[str, Any]:
             f"{source!r} is a directory",
             hint=f"pass a glob of its files, e.g. {os.path.join(source, '*.parquet')!r}, or one .parquet or .csv file",
         )
+    elif os.path.exists(source) and low.endswith((".duckdb", ".ddb", ".db")):
+        raise ConfigError(
+            f"{source!r} is a database file, not a table: dpsql registers a table of a DuckDB database by its name in "
+            "the Session's connection",
+            hint=f"open it and register its table by name: Session(..., connection=duckdb.connect({source!r}, "
+            "read_only=True)).register(NAME, 'TABLE', ...)",
+        )
     elif os.path.exists(source):
         raise ConfigError(
             f"cannot tell the format of {source!r}",
-            hint="use a .parquet or .csv file, or a pyarrow.Table",
+            hint="use a .parquet or .csv file, or a pyarrow.Table (a DuckDB database's table: by its name in "
+            "Session(connection=duckdb.connect(PATH)))",
         )
     else:
         raise ConfigError(
@@ -716,6 +756,13 @@ def classify_source(source: Any, *, has_connection: bool) -> tuple[str, Any]:
             f"({sys.getfilesystemencoding()}, from its locale), so no file can be opened under that name",
             hint=_LOCALE_HINT) from None
     matches = glob.glob(source) if is_glob else ([source] if os.path.exists(source) else [])
+    if "**" in source:  # DuckDB's and Spark's globs recurse there, Python's (which dpsql expands) does not
+        star = (f"table source {source!r}: '**' matches one directory level, as '*' does, not any depth of "
+                "directories")
+        fix = "name each level with '*' (e.g. 'data/*/*.parquet' for files one directory down), or register each depth as its own table"
+        if not matches:
+            raise ConfigError(star + ": no file matches it", hint=fix)
+        warnings.warn(f"{star}: {len(matches)} file(s) matched ({fix})", stacklevel=4)
     if not matches:  # not written yet, perhaps: a retry may find it
         raise InputUnavailableError(
             f"no file matches {source!r}",
@@ -917,6 +964,33 @@ def _plain(v: Any) -> Any:
     return v
 
 
+def _warn_shared_source(catalog: Mapping[str, TableSpec], tname: str, kind: str, src: Any, files: tuple[str, ...],
+                        public: bool) -> None:
+    """Warn (the owner, of their own registrations: no row is read) of a source of people registered under two
+    names, or as people and as public: to dpsql each name is a table of its own, so one human in both is two persons
+    (a join of the two protects them at twice the bound), and a public copy's values are released as they are."""
+    mine = {os.path.realpath(f) for f in files}
+    for other in catalog.values():
+        if other.name == tname or (public and other.public) or other.source_kind != kind:
+            continue
+        same = (bool(mine & {os.path.realpath(f) for f in other.files}) if files
+                else kind == "duckdb" and isinstance(src, str) and src.lower() == str(other.source).lower())
+        if not same:
+            continue
+        what = f"'{os.path.basename(sorted(mine)[0])}'" if files else f"'{src}'"
+        if public or other.public:
+            pub, people = (tname, other.name) if public else (other.name, tname)
+            warnings.warn(f"public table '{pub}' reads {what} as table '{people}', which holds people, does: a public "
+                          "table's values are released as they are (its keys in full, its columns as join keys), so "
+                          f"register '{pub}' as public only if its source holds no person", stacklevel=4)
+        else:
+            warnings.warn(f"table '{tname}' reads {what} as table '{other.name}' does: to dpsql they are two tables of "
+                          "people, so one human in both is two persons (a join of the two protects them at twice the "
+                          "bound); register each source of people once (a self-join takes aliases of one table)",
+                          stacklevel=4)
+        return
+
+
 #: ``register_source(name, kind, source, view, types=...) -> schema``: the engine's step that
 #: creates the private view on a source and returns its schema (column -> type); and
 #: ``unregister_source(name, kind, view)``, its inverse
@@ -989,8 +1063,11 @@ def register_table(
     if version is not None and (not isinstance(version, str) or not version):
         raise ConfigError(f"version for table '{tname}' must be a non-empty string, got {version!r}",
                           hint="e.g. register(..., version='2026-11-30')")
-    if isinstance(tau, bool) or not isinstance(tau, int) or tau < 1:
-        raise ConfigError(f"tau for table '{tname}' must be a whole number >= 1, got {tau!r}")
+    tau_v = _check_cap(tau, "tau", tname)  # as the caps are read: 2.0 (TOML's float) and "2" are 2
+    if math.isinf(tau_v):
+        raise ConfigError(f"tau for table '{tname}' must be a whole number >= 1, got {tau!r}",
+                          hint=f"register('{tname}', ..., tau=10)")
+    tau = int(tau_v)
     if columns is not None and not isinstance(columns, Mapping):
         raise ConfigError(f"columns for table '{tname}' must be a dict of column specs, got {type(columns).__name__}",
                           hint="columns={'amount': {'bounds': (0, 100)}}")
@@ -1084,6 +1161,7 @@ def register_table(
     if old is not None and old.view == view:
         view += "_2"
     files = source_files(kind, src)
+    _warn_shared_source(catalog, tname, kind, src, files, public)
     schema = register_source(tname, kind, src, view, types=types)
     problems = []
     if privacy_unit is not None and privacy_unit.lower() not in schema:
@@ -1097,9 +1175,22 @@ def register_table(
                 problems.append(f"foreign key column '{part}' does not exist")
     if problems:
         unregister_source(tname, kind, view)
+        # a Hive-style directory (DIR/g=a/part.parquet): its partition column is in the path, not in the files
+        named = {*col_specs, *(p for fk in refs for p in fk.split(",")), *([privacy_unit.lower()] if privacy_unit else [])}
+        parts = {seg.partition("=")[0].lower() for f in files for seg in os.path.dirname(f).split(os.sep) if "=" in seg}
+        hive = sorted(c for c in named & parts if c not in schema)
         raise ConfigError(
-            f"table '{tname}': " + "; ".join(problems),
-            hint=f"its columns are: {', '.join(sorted(schema))}",
+            f"table '{tname}': " + "; ".join(problems) + (
+                f" ({', '.join(repr(c) for c in hive)}: a Hive partition directory of its files, such as "
+                f"{hive[0]}=VALUE/; dpsql reads the columns stored in the Parquet files only, not partition columns)"
+                if hive else ""),
+            hint=f"its columns are: {', '.join(sorted(schema))}" + (
+                "; register the partitioned data as one Arrow table, pyarrow.dataset.dataset(DIR, "
+                "partitioning='hive').to_table(), or write the partition column into the files" if hive else "")
+            + (f"; its header is one column holding {', '.join(repr(d) for d in delims)}: a CSV source is read "
+               "comma-separated (tab-separated when named .tsv), so write the file with commas (or convert it to Parquet)"
+               if (delims := [d for d in ";|\t" if kind == "csv" and len(schema) == 1 and d in next(iter(schema))])
+               else ""),
         )
     unit_type = schema[privacy_unit.lower()] if privacy_unit is not None else ""
     if is_nested_type(unit_type):
@@ -1109,6 +1200,12 @@ def register_table(
                           "whose values cannot be told apart by their binary value",
                           hint="register an integer, DECIMAL, text or date column that identifies a person (e.g. derive "
                           "one upstream)")
+    if unit_type.strip().strip('"').upper() == "NULL":  # (an Arrow null column): every row would belong to nobody
+        unregister_source(tname, kind, view)
+        raise ConfigError(f"table '{tname}': the privacy unit '{privacy_unit}' has the type NULL (no value but NULL), so "
+                          "every row would belong to nobody and be dropped: every answer would be noise alone",
+                          hint="register the column that identifies a person (an Arrow column of type pa.null() holds no "
+                          "value: build the table with the id column's real type)")
     if unit_type.strip().upper() == "JSON":
         # JSON compares under the connection's collation (no binary collation applies to it) but is spelled
         # apart: under 'nocase' the people '"A"' and '"a"' were one value to the caps and joins, two users to

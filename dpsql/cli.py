@@ -2482,8 +2482,14 @@ def _cli_text(text: str) -> str:
     text = text.replace("register it first (Session.tables lists them)",
                         "dpsql tables lists the registered tables; register one with --table NAME=PATH (or [tables.NAME] "
                         "in the config)")
-    text = text.replace(", or a pyarrow.Table", "")
+    text = text.replace(", or a pyarrow.Table", "").replace(" (a DuckDB database's table: by its name in "
+                                                             "Session(connection=duckdb.connect(PATH)))", "")
     text = text.replace("is not a .parquet/.csv path and the Session has no DuckDB connection", "is not a .parquet or .csv file")
+    text = re.sub(r"open it and register its table by name: Session\(\.\.\., connection=duckdb\.connect\((.*), read_only=True\)\)"
+                  r"\.register\(NAME, 'TABLE', \.\.\.\)",
+                  lambda m: f"the command line reads Parquet and CSV files: export the table first, e.g. duckdb {m.group(1)} -c "
+                  "\"COPY TABLE TO 'TABLE.parquet'\", then --table NAME=TABLE.parquet (or source = \"TABLE.parquet\" under "
+                  "[tables.NAME] in the config)", text)
     text = text.replace("pass a Parquet or CSV path, a pyarrow.Table, or Session(connection=duckdb_connection) to use its tables",
                         "give --table NAME=PATH (or source under [tables.NAME] in the config) a Parquet or CSV file "
                         "named .parquet or .csv")

@@ -17,7 +17,8 @@ whichever entry point reads it:
   a relative source path (or glob) is resolved against the config file's directory, never the
   working directory. A file that registers tables must name its ledger (``[ledger] path``).
 
-Unknown sections and keys are refused, naming the allowed ones. A file with neither
+Unknown sections and keys are refused, naming the allowed ones (and the nearest to each). A reference's
+target must be a table the file registers. A file with neither
 ``[ledger]`` nor tables names no ledger: ``Session.from_config`` refuses it, and the CLI takes
 the ledger from ``--ledger``, ``$DPSQL_LEDGER`` or its default (command-line behaviour).
 """
@@ -37,7 +38,7 @@ from typing import Any
 
 from dpsql.budget import PLAIN_FORM, Budget
 from dpsql.engine import EngineSettings
-from dpsql.errors import ConfigError, InputUnavailableError
+from dpsql.errors import ConfigError, InputUnavailableError, nearest_names
 
 #: the ``[ledger] path`` of an in-memory ledger
 MEMORY = ":memory:"
@@ -218,6 +219,7 @@ def _load_config(p: str) -> DpsqlConfig:
         "one would silently replace the other", hint=f"give each [tables.NAME] section its own name, or merge "
         f"[tables.{b}] into [tables.{a}]"))
     tables = {name: _freeze(table_kwargs(name, spec, base)) for name, spec in tabs.items()}
+    _references_registered(tables)
     if url is not None:
         lpath = url  # session_ledger() passes it to open_ledger, which opens the PostgreSQL ledger
     if tables and lpath is None:
@@ -272,6 +274,29 @@ def _beyond_limits(data: bytes, e: BaseException) -> str:
     m = re.search(r"[0-9][0-9_]{4000,}", text)
     line = f" (line {text.count(chr(10), 0, m.start()) + 1})" if m else ""
     return f"a number literal{line} has more digits than Python reads (4300)"
+
+
+def distinct_tables(tables: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    """``Session(tables=...)``: refused when two names are one to SQL ('E' and 'e': the second replaced the first)."""
+    _distinct_folded(tables or {}, lambda a, b: ConfigError(
+        f"tables '{a}' and '{b}' are one name to SQL (names are case-insensitive): one would silently replace the other",
+        hint="give each table its own name"))
+    return tables or {}
+
+
+def _references_registered(tables: Mapping[str, Mapping[str, Any]]) -> None:
+    """Refuse a reference to a table the file does not register: a config's tables are the whole catalog of
+    its commands (the command line adds none to an owner's config), so every query of the referencing table
+    would be refused, one by one."""
+    names = {str(n).lower(): str(n) for n in tables}
+    for name, kw in tables.items():
+        for fk, target in (kw.get("references") or {}).items():
+            tn = str(target).partition(".")[0].strip().lower()
+            if isinstance(target, str) and tn not in names:
+                raise ConfigError(f"[tables.{name}] references '{target}' (from '{fk}'), but the config registers no "
+                                  f"table '{tn}'{nearest_names([tn], list(names))}",
+                                  hint=f"correct the reference, or register '{tn}' in the config ([tables.{tn}]); "
+                                  f"the config registers: {', '.join(names.values())}")
 
 
 def _distinct_folded(names: Any, error: Any) -> None:
@@ -354,4 +379,5 @@ def _section(raw: dict[str, Any], name: str) -> dict[str, Any]:
 def _unknown(d: dict[str, Any], allowed: tuple[str, ...], where: str, what: str) -> None:
     unknown = sorted(set(d) - set(allowed))
     if unknown:
-        raise ConfigError(f"unknown {what} {unknown} in {where}", hint=f"allowed {what}: {', '.join(allowed)}")
+        raise ConfigError(f"unknown {what} {unknown} in {where}{nearest_names(unknown, allowed)}",
+                          hint=f"allowed {what}: {', '.join(allowed)}")

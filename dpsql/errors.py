@@ -57,6 +57,17 @@ NO_INPUT_EXIT_CODE = 66
 BUSY_EXIT_CODE = 75
 
 
+def nearest_names(unknown: Any, allowed: Any) -> str:
+    """``"; did you mean 'memory_limit' for 'memory_limt'?"`` for each unknown key or setting name that is close
+    to an allowed one (names the owner typed: a config key, a column spec key, an engine setting), else ''."""
+    import difflib
+
+    allowed = [str(a) for a in allowed]
+    guesses = [f"'{m[0]}' for '{u}'" for u in unknown
+               if (m := difflib.get_close_matches(str(u).lower(), allowed, n=1, cutoff=0.6))]
+    return f"; did you mean {', '.join(guesses)}?" if guesses else ""
+
+
 class DPSQLError(Exception):
     """Base class of every error dpsql raises on purpose."""
 

@@ -28,7 +28,7 @@ from dpsql._session_object import SessionObject
 from dpsql.budget import Budget, check_delta, check_epsilon
 from dpsql.catalog import CatalogLock, TableSpec, check_sources_unchanged, register_table
 from dpsql.charge import FAILURE_REASON, charged, keeps_answer, record_release, reserve
-from dpsql.config import load_config, table_kwargs
+from dpsql.config import distinct_tables, load_config, table_kwargs
 from dpsql.engine import EngineSettings, ExecutionBackend, make_backend
 from dpsql.errors import ConfigError
 from dpsql.ledger import Ledger, open_ledger
@@ -75,7 +75,7 @@ class Session(SessionObject):
         self._closed = False
         self._catalog_version, self._bound_ok, self._keys_ok = 0, dict[tuple[Any, ...], Any](), dict[Any, Any]()  # bind checks and public keys passed
         try:  # ``tables`` are registered before the ledger is opened: a bad table never creates a ledger
-            for name, kwargs in (tables or {}).items():
+            for name, kwargs in distinct_tables(tables).items():
                 self.register(name, **kwargs)
             self._ledger = open_ledger(ledger, budget, create=create, lock_timeout=lock_timeout)
         except BaseException:

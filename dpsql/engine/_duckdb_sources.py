@@ -37,6 +37,7 @@ import csv
 import gzip
 import io
 import re
+import warnings
 import zlib
 from collections.abc import Callable
 from typing import Any
@@ -682,12 +683,18 @@ def _csv_header(path: str, delim: str, encoding: str = "utf-8") -> list[str]:
     except csv.Error:
         pass
     names = [n.strip() for n in names]
+    if not raw:
+        raise ConfigError(f"the CSV file {path!r} is empty: it has no header line",
+                          hint="the first line of a CSV source must be its header, e.g. user_id,amount,country")
     if not names or any(not n for n in names):
         raise ConfigError(f"the header line of {path!r} needs a non-empty name for every column",
                           hint="the first line of a CSV source must be its header, e.g. user_id,amount,country")
-    low = [n.lower() for n in names]
-    if len(set(low)) != len(low):
-        raise ConfigError(f"the header line of {path!r} repeats a column name (names are compared case-insensitively)")
+    seen: dict[str, str] = {}
+    for n in names:
+        if (first := seen.get(n.lower())) is not None:
+            raise ConfigError(f"the header line of {path!r} repeats a column name: {first!r} and {n!r} (names are "
+                              "compared case-insensitively)", hint="rename one of them in the header")
+        seen[n.lower()] = n
     return names
 
 
@@ -835,6 +842,28 @@ def _partial_parquet(path: str) -> bool:
         return False
 
 
+def _distinct_names(name: str, names: list[str]) -> None:
+    """Refuse a source with two columns whose names differ only in case (free: its schema only).
+    DuckDB compares column names case-insensitively: the view's ``"a"`` bound the raw ``"A"``
+    (text read as bytes) and renamed the second one ``a_1``, so the catalog typed a column as
+    another's type and exposed the undecoded, uncapped bytes of a text column."""
+    seen: dict[str, str] = {}
+    for i, n in enumerate(names):
+        if not n or "\x00" in n:  # (DuckDB could not bind a view over it: "cannot read table source ... check that the file exists")
+            raise ConfigError(f"table '{name}': its column {i + 1} (of {len(names)}) has "
+                              f"{'a NUL character in its name' if n else 'an empty name'}, which SQL cannot name",
+                              hint="rename the column in the source (e.g. table.rename_columns(...) for an Arrow table), or "
+                              "drop it, before registering it")
+        other = seen.get(n.lower())
+        seen[n.lower()] = n
+        if other is not None:
+            raise ConfigError(
+                f"table '{name}': two columns are named {other!r} and {n!r}, which SQL does not tell apart (names "
+                "are compared case-insensitively)",
+                hint="rename or drop one of them before registering the source",
+            )
+
+
 def _same_file_types(name: str, paths: list[str]) -> None:
     """Refuse a multi-file Parquet source whose files store a column under different types (footers
     only). Both readers convert every file to the first file's types with a checked cast, which
@@ -844,12 +873,19 @@ def _same_file_types(name: str, paths: list[str]) -> None:
     stored in a way no reader reads totally is refused too (:func:`decimal_storage_problem`)."""
     for p in paths:
         decimal_storage_problem(name, _footer(name, p, parquet_decimal_leaves))
+    schema = _footer(name, paths[0], parquet_schema)
+    _distinct_names(name, schema.names)  # (Arrow's dataset refused a repeated name: "cannot read table source")
     if len(paths) < 2:
         return
-    first = {f.name: f.type for f in _footer(name, paths[0], parquet_schema)}
+    first = {f.name: f.type for f in schema}
     folded = {n.lower(): n for n in first}
+    extra: dict[str, list[str]] = {}  # file -> its columns the first file lacks
     for p in paths[1:]:
-        for f in _footer(name, p, parquet_schema):
+        later = _footer(name, p, parquet_schema)
+        _distinct_names(name, later.names)
+        if more := [n for n in later.names if n not in first and n.lower() not in folded]:
+            extra[p] = more
+        for f in later:
             t = first.get(f.name)
             if t is None and f.name.lower() in folded:
                 # DuckDB's reader matches names case-insensitively (and casts to the first file's type), the
@@ -864,6 +900,12 @@ def _same_file_types(name: str, paths: list[str]) -> None:
                     "type that does not fit the other would make reads fail",
                     hint="write every file with the same column types (cast the column when writing), or register "
                          "the files as separate tables")
+    if extra:  # the table has the first file's columns: these were dropped without a word
+        p, cols = next(iter(extra.items()))
+        also = f" (and {len(extra) - 1} other file(s))" if len(extra) > 1 else ""
+        warnings.warn(f"table '{name}': column(s) {', '.join(repr(n) for n in cols)} of {p}{also} are not in {paths[0]}, "
+                      "the first file of the source, whose columns the table has: they are not read (write every file "
+                      "with the same columns, or register the files as separate tables)", stacklevel=2)
 
 
 def _expand(source: str) -> list[str]:

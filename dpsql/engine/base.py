@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
 from sqlglot import exp
 
-from dpsql.errors import ConfigError, ExecutionError
+from dpsql.errors import ConfigError, ExecutionError, nearest_names
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -200,7 +200,8 @@ class EngineSettings:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown:
-            raise ConfigError(f"unknown engine setting(s) {unknown}", hint=f"known: {sorted(known)}")
+            raise ConfigError(f"unknown engine setting(s) {unknown}{nearest_names(unknown, sorted(known))}",
+                              hint=f"known: {sorted(known)}")
         return cls(**d)
 
     @property

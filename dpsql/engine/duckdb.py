@@ -63,6 +63,7 @@ from dpsql.engine._duckdb_sources import (
     _cap,
     _csv_header,
     _csv_unquote,
+    _distinct_names,
     _duck_plan,
     _expand,
     _literal_files,
@@ -672,7 +673,18 @@ class DuckDBBackend:
         values would reach queries unchecked, and reading some of them fails. Only the bound plan is read, never
         a row."""
         rel = exp.to_table(source)
-        scans = self.reading_scans(exp.select("*").from_(rel.copy()))
+        try:
+            scans = self.reading_scans(exp.select("*").from_(rel.copy()))
+        except duckdb.ConnectionException:  # closed by the caller (it was "ConnectionException", hinting at a file)
+            raise ConfigError(f"table '{name}': the DuckDB connection given to this Session is closed",
+                              hint="open the Session on an open connection (Session(connection=con)), or let dpsql open "
+                              "its own connection") from None
+        except duckdb.CatalogException:  # named (it was "CatalogException", hinting at a file)
+            raise ConfigError(f"table '{name}': the Session's connection has no table '{source}' (or it is a view over a "
+                              "table or schema that is gone)",
+                              hint="check the name (a table of an attached database is 'db.table' or 'db.schema.table'; "
+                              "list them with con.sql('SHOW ALL TABLES')), and that the Session was given that connection "
+                              "(Session(connection=con))") from None
         if scans:
             raise ConfigError(
                 f"table '{name}': '{source}' of the Session's connection reads {', '.join(scans)}: not a DuckDB table "
@@ -1489,23 +1501,6 @@ class DuckDBBackend:
                     pass
         assert failure is not None
         raise failure
-
-
-def _distinct_names(name: str, names: list[str]) -> None:
-    """Refuse a source with two columns whose names differ only in case (free: its schema only).
-    DuckDB compares column names case-insensitively: the view's ``"a"`` bound the raw ``"A"``
-    (text read as bytes) and renamed the second one ``a_1``, so the catalog typed a column as
-    another's type and exposed the undecoded, uncapped bytes of a text column."""
-    seen: dict[str, str] = {}
-    for n in names:
-        other = seen.get(n.lower())
-        seen[n.lower()] = n
-        if other is not None:
-            raise ConfigError(
-                f"table '{name}': two columns are named {other!r} and {n!r}, which SQL does not tell apart (names "
-                "are compared case-insensitively)",
-                hint="rename or drop one of them before registering the source",
-            )
 
 
 def _valid_utf8(arr: pa.Array, target: pa.DataType) -> pa.Array:

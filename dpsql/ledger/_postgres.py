@@ -130,6 +130,7 @@ from dpsql.ledger._store import (
     _fmt,
     _new_ledger_id,
     _Txn,
+    check_new_total,
 )
 
 __all__ = ["PostgresLedger", "is_postgres_url", "redact"]
@@ -461,7 +462,7 @@ class PostgresLedger(Ledger):
     @classmethod
     def create(cls, path: Any, total: Budget, *, lock_timeout: float = 10.0) -> PostgresLedger:
         """Create the ledger's tables in the database at ``path`` (a URL) with ``total``."""
-        _check_budget(total, "total")
+        check_new_total(_check_budget(total, "total"))
         ledger = cls(str(path), lock_timeout=lock_timeout)
         ledger._create(total, must_be_new=True)
         return ledger
@@ -486,6 +487,7 @@ class PostgresLedger(Ledger):
             if total is None:
                 raise LedgerError(f"no budget ledger in the database {ledger.path}, and no total to create one with",
                                   hint="pass the total budget together with create=True")
+            check_new_total(total)
             ledger._create(total)
             return ledger
         recorded = ledger.total()

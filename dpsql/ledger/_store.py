@@ -358,6 +358,14 @@ def _plain_budget(eps: object, delta: object) -> Budget | None:
     return None
 
 
+def check_new_total(total: Budget) -> None:
+    """A new ledger's total: its epsilon must be above 0 (a total of 0 is created, and answers no query)."""
+    if total.epsilon == 0:
+        raise ConfigError("a new ledger with a total of epsilon=0 allows no query (every answer costs some epsilon)",
+                          hint="choose the total budget, e.g. Budget(epsilon=1.0, delta=1e-6) (dpsql init --epsilon 1.0 "
+                          "--delta 1e-6)")
+
+
 def _check_budget(value: object, what: str) -> Budget:
     if not isinstance(value, Budget):
         raise ConfigError(
@@ -547,7 +555,7 @@ class Ledger:
 
         The file appears atomically: built under a temporary name in the same directory, made
         durable, then linked into place (never over an existing file)."""
-        _check_budget(total, "total")
+        check_new_total(_check_budget(total, "total"))
         ledger = cls(None if path is None else os.fspath(path), lock_timeout=lock_timeout)
         if ledger.path is None:
             ledger._mem = _memory_catalog(ledger)
