@@ -585,7 +585,6 @@ def _open_session(args: argparse.Namespace, *, ledger: bool = True) -> Any:
     cfg = _load_config(args)
     path = _ledger_path(args, cfg)  # (its checks hold either way: an owner's config refuses --ledger)
     _check_flag_tables(args, _kv(args.table, "--table"))  # a mistyped table name, before the ledger is opened
-    _check_config_references(args, cfg)
     with cfg.naming_tables():  # a refused [tables.NAME] setting names the file
         s = dpsql.Session(ledger=path if ledger else None, budget=cfg.budget if ledger else dpsql.Budget(1.0),
                           create=ledger and _create_if_missing(args, cfg), engine=_engine_settings(args, cfg),
@@ -747,31 +746,6 @@ def _check_flag_tables(args: argparse.Namespace, tables: dict[str, str]) -> None
             "no person)")
 
 
-def _check_config_references(args: argparse.Namespace, cfg: Any) -> None:
-    """A reference of the config's [tables.NAME] whose target table the config does not register, refused as the
-    --reference flag's is: the command line adds no table to such a config, so the reference can never hold (a query
-    was refused only as it was planned, and `dpsql tables` listed the reference as if it held). The Python API may
-    register the target after Session.from_config, so the config alone does not refuse it."""
-    import difflib
-
-    from dpsql.errors import ConfigError
-
-    known = {str(n).lower(): str(n) for n in cfg.tables}
-    for name, spec in cfg.tables.items():
-        refs = spec.get("references")
-        for fk, target in (refs.items() if hasattr(refs, "items") else ()):
-            table = target.partition(".")[0].strip() if isinstance(target, str) and "." in target else ""
-            if not table or table.lower() in known:
-                continue
-            close = difflib.get_close_matches(table.lower(), list(known), n=1, cutoff=0.6)
-            raise ConfigError(
-                f"config file {args.config_path!r}: [tables.{name}] references {fk} = {json.dumps(target)}, but the config "
-                f"registers no table '{table}' (its tables: {', '.join(sorted(known.values()))}): a reference's target is a "
-                "registered table; nothing was charged",
-                hint=(f"did you mean '{known[close[0]]}'? " if close else "") + f"the data owner adds a [tables.{table}] "
-                "section (source, and privacy_unit or public = true), or corrects the reference")
-
-
 #: the column types a CSV column may be declared as (dpsql.engine._duckdb_sources._CSV_TYPES), as --type's refusal lists them
 _CSV_TYPE_NAMES = ("BOOLEAN, TINYINT, SMALLINT, INTEGER, BIGINT, HUGEINT, UTINYINT, USMALLINT, UINTEGER, UBIGINT, FLOAT, "
                    "DOUBLE, DECIMAL(p,s), DATE, TIME, TIMESTAMP, TIMESTAMPTZ or VARCHAR")
@@ -847,11 +821,6 @@ def _name_column_flags(e: Any, name: str, path: str, unit: str | None, said: dic
             parts.append(f"{by} column '{c}', which table {name} ({path}) does not have")
         text = "; ".join(parts)
     e.message = text + "; nothing was charged"
-    one = (e.hint or "").removeprefix("its columns are: ")
-    sep = next((c for c in ";|\t" if c in one), None) if one != e.hint and ", " not in one else None
-    if sep is not None:  # a header read as one column: a CSV separated otherwise (an export of a ';' locale)
-        e.hint = (f"{e.hint}: the header is read as one column, as dpsql reads CSV separated by ',' (tab in a .tsv file), "
-                  f"and this one is separated by {sep!r}; convert it first (to Parquet, or to ',')")
     e.args = (e._render(),)
 
 
