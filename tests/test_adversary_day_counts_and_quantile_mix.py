@@ -168,3 +168,18 @@ def test_the_spark_refusal_of_a_day_count_names_what_the_query_wrote() -> None:
     typed = typer.t(sqlglot.parse_one("d - e", read="duckdb"))
     with pytest.raises(UnsupportedQueryError, match=r"DATE - DATE \(a number of days\) is not supported on the Spark"):
         lower_for_spark(sqlglot.exp.select(typed.expr))
+
+
+@pytest.mark.parametrize(("sql", "named"), [
+    ("SELECT SUM(d - e) FROM t", "column 'e' declares none"),
+    ("SELECT SUM(e - DATE '2024-01-01') FROM t", "column 'e' declares none"),
+    ("SELECT SUM(COALESCE(d, e) - DATE '2024-01-01') FROM t", "COALESCE(d, e) is none of these"),
+])
+def test_a_day_count_without_a_range_names_the_date_that_has_none(sql: str, named: str) -> None:
+    """d declares a date range, e none: the refusal (free) named d ("column 'd' has no declared bounds")."""
+    with dpsql.Session(budget=Budget(10.0, 1e-3)) as s:
+        s.register("t", _rows(), privacy_unit="uid",
+                   columns={"d": {"bounds": ["2024-01-01", "2024-12-31"], "bin_width": "1 day"}})
+        with pytest.raises(UnsupportedQueryError) as e:
+            s.explain(sql, epsilon=1.0, delta=1e-6)
+        assert named in str(e.value) and "'d'" not in str(e.value).split("(hint")[0].split("\nhint")[0]
