@@ -169,7 +169,8 @@ def split(sql: Any, catalog: Mapping[str, Any]) -> Composite | None:
     if not isinstance(sql, str) or not (words or _QUANTILE_WORDS.search(sql)):  # most queries: not parsed a second time
         return None
     try:
-        stmts = [s for s in parse_duckdb(bracket_identifiers(sql)) if s is not None]  # ([col]: "col", as one query)
+        # as one query reads it: [col] is "col", a comment after the last ';' (a Semicolon) is no statement
+        stmts = [s for s in parse_duckdb(bracket_identifiers(sql)) if s is not None and not isinstance(s, exp.Semicolon)]
     except Exception:
         return None
     if len(stmts) != 1:  # a second statement is refused by the ordinary path (never read as the first alone)

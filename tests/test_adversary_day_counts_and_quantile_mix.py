@@ -120,6 +120,14 @@ def test_a_second_statement_is_refused_not_ignored(session: dpsql.Session, sql: 
     assert session.remaining() == before
 
 
+@pytest.mark.parametrize("sql", [
+    "SELECT COUNT(*), MEDIAN(x) FROM t; -- a note",
+    "SELECT COUNT(*) FROM t UNION ALL SELECT MEDIAN(x) FROM t; /* a note */ ;",
+])
+def test_a_comment_after_the_last_semicolon_is_no_statement(session: dpsql.Session, sql: str) -> None:
+    assert session.query(sql, epsilon=1.0, delta=1e-6).table.num_rows >= 1
+
+
 def test_the_charge_is_the_sum_of_what_the_two_queries_spend(session: dpsql.Session) -> None:
     sql = "SELECT COUNT(*), MEDIAN(x), AVG(x) FROM t WHERE d - e > 0"
     plan = session.explain(sql, epsilon=0.7, delta=1e-6)
