@@ -54,8 +54,15 @@ from dpsql.budget import Budget, check_delta, check_epsilon, exact, float_at_lea
 from dpsql.charge import charged, keeps_answer, record_release, reserve
 from dpsql.errors import ConfigError, QueryError, UnsupportedQueryError
 from dpsql.options import check_options
-from dpsql.plan.checks import ROW_COUNT_MAX, is_aggregate
-from dpsql.plan.parse import DIALECT, order_by_all_alone, parse_duckdb, refuse_empty_groupings
+from dpsql.plan.checks import ROW_COUNT_MAX, is_aggregate, written_name
+from dpsql.plan.parse import (
+    DIALECT,
+    bracket_identifiers,
+    order_by_all_alone,
+    parse_duckdb,
+    parse_statements,
+    refuse_empty_groupings,
+)
 from dpsql.plan.quantiles import QUANTILE_AGGS
 from dpsql.release import Plan, Release
 
@@ -162,16 +169,22 @@ def split(sql: Any, catalog: Mapping[str, Any]) -> Composite | None:
     if not isinstance(sql, str) or not (words or _QUANTILE_WORDS.search(sql)):  # most queries: not parsed a second time
         return None
     try:
-        stmt = parse_duckdb(sql)[0]
+        # as one query reads it: [col] is "col", a comment after the last ';' (a Semicolon) is no statement
+        stmts = [s for s in parse_duckdb(bracket_identifiers(sql)) if s is not None and not isinstance(s, exp.Semicolon)]
     except Exception:
         return None
+    if len(stmts) != 1:  # a second statement is refused by the ordinary path (never read as the first alone)
+        return None
+    stmt = stmts[0]
     if not words:
-        return _split_mixed(stmt, sql) if isinstance(stmt, exp.Select) else None
+        return _mixed(sql) if isinstance(stmt, exp.Select) else None
     order_by_all_alone(stmt)
     refuse_empty_groupings(stmt)
     if isinstance(stmt, exp.Select):
         g = _split_select(stmt, sql, catalog)
-        return None if g is None else Composite(sql, f"GROUP BY {g.kind}", (g,), (), None, None)
+        if g is None:  # the words were in a literal or a name: a SELECT of quantiles and other aggregates, maybe
+            return _mixed(sql)
+        return Composite(sql, f"GROUP BY {g.kind}", (g,), (), None, None)
     if not isinstance(stmt, exp.Union) or stmt.args.get("distinct") or stmt.find(exp.Intersect, exp.Except):
         if isinstance(stmt, exp.Union) and not stmt.find(exp.Intersect, exp.Except):
             raise _bad("UNION without ALL is not supported (it would remove released rows that happen to be equal)",
@@ -213,6 +226,16 @@ def split(sql: Any, catalog: Mapping[str, Any]) -> Composite | None:
     return Composite(sql, "UNION ALL", branches, _order(selects, outputs, stmt.args.get("order")), limit, offset)
 
 
+def _mixed(sql: str) -> Composite | None:
+    """:func:`_split_mixed` of ``sql`` read as the one-query path reads it (``parse_statements``: DuckDB's other names
+    of SUM and AVG are those aggregates, comments dropped), or None where that reading refuses it."""
+    try:
+        stmts = parse_statements(sql)
+    except Exception:
+        return None
+    return _split_mixed(stmts[0], sql) if len(stmts) == 1 and isinstance(stmts[0], exp.Select) else None
+
+
 def _split_mixed(stmt: exp.Select, sql: str) -> Composite | None:
     """A scalar SELECT whose outputs each read quantiles only (MIN, MAX, MEDIAN, ...: the exponential mechanism) or
     other aggregates only (noise added to sums), with both present: the two queries ``SELECT <quantile outputs> FROM
@@ -242,16 +265,53 @@ def _split_mixed(stmt: exp.Select, sql: str) -> Composite | None:
         return None
     order = list(dict.fromkeys(kinds))  # the kind of the first output first
     components, names = [], []
+    wanted = _output_names(stmt, sql)
     for kind in order:
         part = stmt.copy()
-        part.set("expressions", [it.copy() for it, k in zip(stmt.expressions, kinds, strict=True) if k == kind])
-        components.append(part.sql(dialect=DIALECT))
+        items = [(it, name) for it, name, k in zip(stmt.expressions, wanted, kinds, strict=True) if k == kind]
+        part.set("expressions", [it.copy() for it, _ in items])
+        text = part.sql(dialect=DIALECT)
+        try:  # the names the query gets as written here; an output named otherwise gets the whole's name as its alias
+            own = _output_names(parse_statements(text)[0], text)
+        except Exception:
+            own = []
+        if own != [name for _, name in items]:
+            part.set("expressions", [it.copy() if i < len(own) and own[i] == name else
+                                     exp.alias_(it.unalias().copy(), name, quoted=True) for i, (it, name) in enumerate(items)])
+            text = part.sql(dialect=DIALECT)
+        components.append(text)
     seen = {k: 0 for k in order}
     for k in kinds:
         names.append((order.index(k), seen[k]))
         seen[k] += 1
     g = Groupings(sql, "", tuple(components), (None, None), ((), ()), tuple(names), (), None, None)
     return Composite(sql, MIXED, (g,), (), None, None)
+
+
+def _output_names(stmt: exp.Select, sql: str) -> list[str]:
+    """Each output's name as the one-query path names it (``dpsql.plan.analyze``): its alias, else the call as the
+    query writes it (``var_samp(x)``, not sqlglot's ``VARIANCE(x)``), a repeated name numbered (``a``, ``a_1``)."""
+    written_aliases = {it.alias.lower() for it in stmt.expressions if isinstance(it, exp.Alias)}
+    used: set[str] = set()
+    suffix: dict[str, int] = {}
+    out = []
+    for it in stmt.expressions:
+        inner = it.unalias()
+        if isinstance(it, exp.Alias):
+            name = it.alias
+        else:
+            name = inner.sql(dialect=DIALECT)
+            written = written_name(inner, sql, rendered=name)
+            if written and written.lower() != name.split("(", 1)[0].lower():
+                name = written + name[len(name.split("(", 1)[0]):]
+        base, n = name, suffix.get(name.lower(), 1)
+        while name.lower() in used or (name != base and name.lower() in written_aliases):
+            name = f"{base}_{n}"
+            n += 1
+        suffix[base.lower()] = n
+        used.add(name.lower())
+        out.append(name)
+    return out
 
 
 def _sides(g: Composite) -> list[tuple[int, int]]:

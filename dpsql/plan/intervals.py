@@ -233,13 +233,17 @@ def interval(node: exp.Expression, bounds: Callable[[str], Interval | None],
         span_a, span_b = _day_span(node.this, days), _day_span(node.expression, days)
         if span_a is not None and span_b is not None:  # DATE - DATE: a number of days
             return span_a[0] - span_b[1], span_a[1] - span_b[0]
-        for side, span in ((node.this, span_a), (node.expression, span_b)):
+        for side, span, other in ((node.this, span_a, span_b), (node.expression, span_b, span_a)):
             inner = side.this if isinstance(side, exp.Paren) else side
-            if span is None and isinstance(inner, exp.Cast) and inner.to.is_type(exp.DataType.Type.DATE):
-                col = inner.find(exp.Column)
+            cast = isinstance(inner, exp.Cast) and inner.to.is_type(exp.DataType.Type.DATE)
+            # the other side a date with a range: this one is a date too (the typer's DATE - DATE; a DATE - n shifts
+            # by a literal n), one without a range: named, not the other side's column
+            if span is None and (cast or (other is not None and number(inner) is None)):
+                col = inner if isinstance(inner, exp.Column) else inner.find(exp.Column) if cast else None
                 raise NoInterval(side, "a number of days has bounds from DATE literals and DATE columns (or CAST(col AS "
                                        "DATE) of a TIMESTAMP column) with a declared date range"
-                                 + (f"; column '{col.name}' declares none" if col is not None else ""))
+                                 + (f"; column '{col.name}' declares none" if col is not None else
+                                    f"; {inner.sql(dialect='duckdb')} is none of these"))
         a, b = interval(node.this, bounds, days), interval(node.expression, bounds, days)
         return a[0] - b[1], a[1] - b[0]
     if isinstance(node, exp.Mul):
