@@ -929,3 +929,57 @@ def _temp_view(view: str, sel: exp.Expression) -> exp.Create:
         replace=True,
         properties=exp.Properties(expressions=[exp.TemporaryProperty()]),
     )
+
+
+# -- views of a caller's connection ---------------------------------------------------------------------------------
+
+#: the nodes of a view's expression that compute nothing that can fail: a column, a literal, a comparison of them (a
+#: TRY_CAST and ``try(...)`` are total whatever they hold); anything else is computed by DuckDB as the view reads a row
+_PLAIN_VIEW_NODES: tuple[type[exp.Expression], ...] = (
+    exp.Column, exp.Identifier, exp.Literal, exp.Boolean, exp.Null, exp.Star, exp.Alias, exp.Paren, exp.Table,
+    exp.TableAlias, exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Is, exp.In, exp.Not, exp.And, exp.Or,
+    exp.Tuple)
+
+
+def _computed(node: exp.Expression) -> bool:
+    """Whether ``node`` computes something whose reading of a row could fail (a CAST, arithmetic, a function)."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, exp.TryCast) or (isinstance(n, exp.Anonymous) and str(n.this).lower() == "try"):
+            continue
+        if not isinstance(n, _PLAIN_VIEW_NODES):
+            return True
+        stack.extend(n.iter_expressions())
+    return False
+
+
+def view_computations(views: dict[str, str], source: str, *, limit: int = 6) -> list[str]:
+    """What the view ``source`` and the views it reads compute (at most ``limit`` items, named by view and column,
+    never quoting the definition, whose literals may be data), from ``views`` (a view's name, lower case, to its
+    ``CREATE VIEW`` text, as ``duckdb_views()`` has it): its output columns and its conditions (WHERE, ON, HAVING) that
+    are more than columns, literals and comparisons of them, and so computed by DuckDB row by row as the view is read.
+    Empty for a table, or a view that only selects and filters. Reads the definitions only."""
+    import sqlglot
+
+    found: list[str] = []
+    todo, seen = [source.split(".")[-1].strip('"').lower()], set[str]()
+    while todo and len(found) < limit and len(seen) < 32:
+        name = todo.pop()
+        if name in seen or name not in views:
+            continue
+        seen.add(name)
+        try:
+            tree = sqlglot.parse_one(views[name], read="duckdb")
+        except Exception:  # sqlglot cannot read DuckDB's text of this view: the whole view is said to compute
+            found.append(f"view {name}")
+            continue
+        for sel in tree.find_all(exp.Select):
+            found += [f"{name}.{e.alias_or_name or '?'}" for e in sel.expressions
+                      if _computed(e.this if isinstance(e, exp.Alias) else e)]
+            conds = [(w, c.this) for w, c in (("WHERE", sel.args.get("where")), ("HAVING", sel.args.get("having")))
+                     if c is not None]
+            conds += [("ON", j.args.get("on")) for j in sel.args.get("joins") or ()]
+            found += [f"{name}'s {what} condition" for what, c in conds if c is not None and _computed(c)]
+        todo += [t.name.lower() for t in tree.find_all(exp.Table)]
+    return list(dict.fromkeys(found))[:limit]

@@ -77,6 +77,7 @@ from dpsql.engine._duckdb_sources import (
     parquet_format,
     parquet_schema,
     reading_scans,
+    view_computations,
 )
 from dpsql.engine.base import (
     EngineSettings,
@@ -696,7 +697,28 @@ class DuckDBBackend:
                 "...)), which dpsql reads totally, or materialise the relation in the connection (CREATE TABLE ... AS "
                 f"SELECT * FROM {source})",
             )
+        self._warn_computed_view(name, source)
         return self._capped_select(name, rel)
+
+    def _warn_computed_view(self, name: str, source: str) -> None:
+        """Warn the owner (of their own view's definition: no row is read) where ``source`` is a view that computes
+        its columns or conditions: DuckDB computes them as each row is read, so one that fails on one person's row
+        (``CAST(s AS INTEGER)`` of a text) fails every query reading it after its charge (docs/threat_model.md)."""
+        with self._lock:
+            try:
+                rows = self._con.execute("SELECT lower(view_name), sql FROM duckdb_views() WHERE NOT internal").fetchall()
+            except _BUSY:
+                raise _busy_refusal() from None
+        found = view_computations({str(n): str(q) for n, q in rows if q}, source)
+        if found:
+            import warnings
+
+            warnings.warn(
+                f"table '{name}': '{source}' is a view that computes {', '.join(found)} as it reads each row: where one "
+                "row makes such an expression fail (a CAST of text that is not a number, an overflow), every query "
+                "reading it fails after its charge, and whether it fails tells of that row; register only views whose "
+                "expressions cannot fail (TRY_CAST, try(...)), or materialise the view (CREATE TABLE ... AS), where "
+                "you see the failure", stacklevel=6)
 
     def reading_scans(self, ast: exp.Expression) -> list[str]:
         """The operators of ``ast``'s plan that read anything but DuckDB's own tables and the values a query makes
