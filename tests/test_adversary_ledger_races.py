@@ -163,3 +163,16 @@ def test_negative_control_restoring_the_ledger_without_its_marker_is_refused(tmp
     os.replace(tmp_path / "bak" / p.name, p)
     with pytest.raises(LedgerError, match="older than its last acknowledged change"):
         Ledger.open(p)
+
+
+def test_a_ledger_moved_away_during_a_charge_charges_nothing(tmp_path: Path, hooks: dict[str, object]) -> None:
+    p = tmp_path / "l.duckdb"
+    _reserve(Ledger.create(p, Budget(1.0, 0.0)))
+    a = Ledger.open(p)
+    hooks["after_attach"] = _once(lambda _path: os.replace(p, tmp_path / "moved.duckdb"))
+    with pytest.raises(LedgerError, match="moved or replaced") as info:
+        _reserve(a)
+    hooks.clear()
+    assert "nothing was charged" in str(info.value)
+    os.replace(tmp_path / "moved.duckdb", p)  # put back: it holds the first charge only
+    assert Ledger.open(p).spent() == Budget(0.5, 0.0)

@@ -1575,7 +1575,7 @@ class Ledger:
 
     def _replaced(self, wrote: str, what: str) -> LedgerError:
         return LedgerError(
-            f"ledger {self.path} was replaced by another file while this operation held it{wrote} (a restore, a copy "
+            f"ledger {self.path} was moved or replaced by another file while this operation held it{wrote} (a restore, a copy "
             f"or a sync tool wrote the path anew); {what}",
             hint="never replace a ledger file while dpsql uses it: stop what rewrites it, then retry (a file at the path "
             "that lacks a recorded change is refused by its generation marker)",
