@@ -77,6 +77,7 @@ _store._HOOKS["before_attach"] = lambda p: times.setdefault("attach", time.monot
 if sys.argv[2] == "unlocked":  # negative control: no flock and no waiting queue at all
     _store._lock_file = lambda *a: ((0, 0), -1)
     _store._unlock = lambda *a: None
+    _store._names = lambda *a: True  # no locked inode to compare the path's with
     _store._queue_enter = lambda *a: None
 led = Ledger(sys.argv[1], lock_timeout=30)
 _store._base_connection()  # DuckDB's instance is up: B attaches right after its start when unlocked
@@ -227,6 +228,7 @@ from dpsql.ledger import Ledger, _store
 if sys.argv[2] == "unlocked":  # negative control: no flock and no waiting queue at all
     _store._lock_file = lambda *a: ((0, 0), -1)
     _store._unlock = lambda *a: None
+    _store._names = lambda *a: True  # no locked inode to compare the path's with
     _store._queue_enter = lambda *a: None
     # and DuckDB's type-detecting ATTACH (no TYPE DUCKDB), which reads the headers before DuckDB's own
     # lock: with TYPE DUCKDB (what the ledger uses), DuckDB reads them after its lock

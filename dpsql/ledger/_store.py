@@ -1382,7 +1382,7 @@ class Ledger:
         try:
             key, fd = _lock_file(p, deadline, p, t.unchanged, started)  # the exclusion
             try:
-                with self._file_txn(write=write, t=t, deadline=deadline, started=started) as con:
+                with self._file_txn(write=write, t=t, deadline=deadline, started=started, key=key) as con:
                     yield con, t
             finally:
                 _unlock(key, fd)
@@ -1448,8 +1448,9 @@ class Ledger:
 
     @contextmanager
     def _file_txn(
-        self, *, write: bool, t: _Txn, deadline: float, started: float
+        self, *, write: bool, t: _Txn, deadline: float, started: float, key: tuple[int, int]
     ) -> Iterator[duckdb.DuckDBPyConnection]:
+        """The transaction on the ledger file whose inode ``key`` this operation has flock'ed."""
         p = self.path
         assert p is not None
         base = _base_connection()
@@ -1532,6 +1533,8 @@ class Ledger:
                         # after the COMMIT the markers must go up: a marker this process cannot write
                         # would leave a committed change refused, so it is found now, before anything counts
                         self._check_markers_writable(t.unchanged, paths)
+                        if not _names(p, key):  # another process may hold the new file's flock and charge it
+                            raise self._replaced("", t.unchanged)
                     _hook("before_commit", p)
                     _interruption_point()  # Ctrl-C so far: nothing is changed (after the COMMIT: the change stands)
                 except BaseException as e:
@@ -1587,11 +1590,26 @@ class Ledger:
                             "operation through this same path writes it into the file). This operation did "
                             "not complete: no private row was read after this error",
                         )) from None
+                    if not _names(p, key):  # the change went into a file that is no longer the ledger
+                        lost = self._replaced(" and wrote", f"{t.committed} in the file it locked, which is no longer "
+                                              "at that path, and another process may have charged the new file "
+                                              "meanwhile; this operation stops here: no private row was read after "
+                                              "this error")
+                        lost.unacknowledged = True  # may not stand: a charge's failure exits as one after the charge
+                        raise lost
             finally:
                 con.close()
         finally:
             _detach(base, alias)
             _hook("after_detach", p)
+
+    def _replaced(self, wrote: str, what: str) -> LedgerError:
+        return LedgerError(
+            f"ledger {self.path} was moved or replaced by another file while this operation held it{wrote} (a restore, a copy "
+            f"or a sync tool wrote the path anew); {what}",
+            hint="never replace a ledger file while dpsql uses it: stop what rewrites it, then retry (a file at the path "
+            "that lacks a recorded change is refused by its generation marker)",
+        )
 
     def _duck_failed(self, e: duckdb.Error, write: bool, unchanged: str) -> LedgerError:
         if _damaged(str(e)):
@@ -1745,6 +1763,15 @@ _DAMAGED_HINT = (
     "then checks that the copy holds every recorded charge); dpsql never repairs a ledger silently, and "
     "`dpsql init` at a new path would start a NEW budget, as if nothing had been spent"
 )
+
+
+def _names(p: str, key: tuple[int, int]) -> bool:
+    """Whether ``p`` still names the inode ``key`` (the file this operation flock'ed)."""
+    try:
+        s = os.stat(p)
+    except OSError:
+        return False
+    return (s.st_dev, s.st_ino) == key
 
 
 def _damaged(msg: str) -> bool:
