@@ -142,3 +142,19 @@ def test_a_date_key_over_a_join_is_decided_by_the_catalog_alone() -> None:
     rb = _session(b).query(Q3, epsilon=5.0, delta=1e-5).table
     assert ra.column(0).to_pylist() == rb.column(0).to_pylist()
     assert sum(abs(x - y) for x, y in zip(ra.column("n").to_pylist(), rb.column("n").to_pylist(), strict=True)) <= 28
+
+
+# -- Q15: several columns of one public table as keys ----------------------------------------------------------
+
+Q15 = ("SELECT s.s_suppkey, s.s_name, COUNT(*) AS n FROM lineitem l JOIN supplier s ON l.l_suppkey = s.s_suppkey "
+       "JOIN orders o ON l.l_orderkey = o.o_orderkey WHERE l.l_shipdate >= DATE '1995-01-01' "
+       "GROUP BY s.s_suppkey, s.s_name ORDER BY s.s_suppkey")
+
+
+def test_several_columns_of_one_public_table_are_its_rows_combinations() -> None:
+    """TPC-H Q15 (revenue by s_suppkey, s_name) released the product of the two columns' values, 100 x 100 rows at
+    scale factor 0.01 ((1, 'Supplier#000000002') included, a supplier that does not exist, as a noisy zero): the key
+    set of several columns of one public table is its rows' combinations, as SQL's GROUP BY of that table gives."""
+    for data in (_data(), _data(extra_customer=True)):
+        r = _session(data).query(Q15, epsilon=5.0, delta=1e-5)
+        assert _rows(r.table) == _truth(data, Q15), data["customer"].num_rows

@@ -2,7 +2,8 @@
 
 A join answers GROUP BY with one released row per key of a *public* key set (every key released,
 zero groups included), so which keys exist never depends on private rows. Supported keys (one or
-several; the key set is their product):
+several; the key set is their product, the plain columns of one public table taken together as its rows'
+combinations):
 
 * ``public`` -- a plain column of a public table of the join (``n.n_name`` with ``nation``
   registered ``public=True``). Its key set is that table's distinct values after the
