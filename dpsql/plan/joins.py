@@ -267,7 +267,19 @@ class _JoinBuilder:
         self.item_at: int | None = None
 
     def bad(self, node: exp.Expression, msg: str) -> None:
+        if self._in_subquery(node):
+            return  # a part of a subquery in WHERE (its tables, aggregates): the subquery is the one problem, reported
         _bad(self.sql, node, msg, self.vs)
+
+    def _in_subquery(self, node: exp.Expression) -> bool:
+        """Whether ``node`` lies inside a subquery (``EXISTS (...)``, ``x IN (SELECT ...)``, a scalar subquery) of
+        the statement: the allow-list check refuses the subquery itself, with its fix."""
+        up = node.parent
+        while up is not None and up is not self.stmt:
+            if isinstance(up, (exp.Subquery, exp.Exists)) or (isinstance(up, exp.Select) and isinstance(up.parent, exp.In)):
+                return True
+            up = up.parent
+        return False
 
     # -- inputs and conditions ------------------------------------------------------------
     def add_input(self, tbl: exp.Expression, at: exp.Expression | None = None) -> bool:
