@@ -205,3 +205,21 @@ def test_exists_names_what_its_join_form_counts(sql: str, words: str) -> None:
         s.explain(sql, epsilon=1.0, delta=1e-6)
     assert words in str(info.value), str(info.value)
     assert s.remaining() == Budget(1000.0, 1e-2)
+
+
+# -- Q10: an epsilon too large for the grouped join's Gaussian ------------------------------------------------
+
+Q10 = (f"SELECT n.n_name, SUM(l.l_extendedprice * (1 - l.l_discount)) AS revenue {_COL}JOIN nation n "
+       "ON c.c_nationkey = n.n_nationkey WHERE l.l_returnflag = 'R' GROUP BY n.n_name ORDER BY revenue DESC")
+
+
+@pytest.mark.parametrize("epsilon", [1000.0, 100000.0])
+def test_an_epsilon_too_large_for_a_grouped_join_is_a_config_error(epsilon: float) -> None:
+    """TPC-H Q10 (revenue by nation) at epsilon=1000 raised a bare OverflowError ('math range error') from explain
+    and query, where epsilon=200 is refused naming the fix: now the same ConfigError, before any charge."""
+    s = _session(_data())
+    for run in (s.explain, s.query):
+        with pytest.warns(UserWarning, match="unusually large"), pytest.raises(dpsql.errors.ConfigError) as info:
+            run(Q10, epsilon=epsilon, delta=1e-6)
+        assert "epsilon" in str(info.value), str(info.value)
+    assert s.remaining() == Budget(1000.0, 1e-2) and s.history().num_rows == 0
