@@ -223,3 +223,27 @@ def test_an_epsilon_too_large_for_a_grouped_join_is_a_config_error(epsilon: floa
             run(Q10, epsilon=epsilon, delta=1e-6)
         assert "epsilon" in str(info.value), str(info.value)
     assert s.remaining() == Budget(1000.0, 1e-2) and s.history().num_rows == 0
+
+
+# -- Q9: a public table joined on columns without a declared bound -------------------------------------------
+
+def test_a_join_on_columns_without_a_bound_names_the_table_and_the_declaration() -> None:
+    """TPC-H Q9 joins partsupp on (ps_partkey, ps_suppkey), neither declared a key nor bounded: the refusal said
+    'some input joins on a column with no declared bound (hint: ... e.g. degree_bounds={'customer_id': 64})', naming
+    neither the table nor its columns. It now names them and the declaration on that table; with it the query is
+    answered."""
+    data = _data()
+    data["partsupp"] = pa.table({"ps_suppkey": pa.array([0, 1, 2, 0], pa.int64()), "ps_cost": [1.0, 2.0, 3.0, 4.0]})
+    sql = ("SELECT n.n_name, COUNT(*) AS n FROM lineitem l JOIN orders o ON l.l_orderkey = o.o_orderkey JOIN partsupp ps "
+           "ON ps.ps_suppkey = l.l_suppkey JOIN supplier s ON s.s_suppkey = l.l_suppkey JOIN nation n "
+           "ON s.s_nationkey = n.n_nationkey GROUP BY n.n_name ORDER BY n.n_name")
+    s = _session(data)
+    s.register("partsupp", data["partsupp"], public=True)
+    with pytest.raises(dpsql.errors.PolicyError) as info:
+        s.explain(sql, epsilon=5.0, delta=1e-5)
+    text = str(info.value)
+    assert "'ps' (table 'partsupp') on ps_suppkey" in text, text
+    assert "references={'ps_suppkey': 'table.key'} and degree_bounds={'ps_suppkey': N} on table 'partsupp'" in text, text
+    s.register("partsupp", data["partsupp"], public=True, references={"ps_suppkey": "supplier.s_suppkey"},
+               degree_bounds={"ps_suppkey": 2})
+    assert _rows(s.query(sql, epsilon=5.0, delta=1e-5).table) == _truth(data, sql)

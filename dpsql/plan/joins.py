@@ -1146,10 +1146,25 @@ class _JoinBuilder:
                                   hint="the data owner may declare smaller degree_bounds or max_rows_per_unit")
             what = (f"no bound on the rows per person through {', '.join(loose)}" if loose else
                     "some input joins on a column with no declared bound")
+            example = "degree_bounds={'customer_id': 64}"
+            if not loose:
+                # the inputs a walk from the first person's input cannot reach through a bounded column: name them,
+                # and the declaration that bounds one (the most rows sharing one value of a column it joins on)
+                start = jp.slots[0].alias
+                walked = {start} | {b for b, _, _ in _walk(jp, self.catalog, start, None)[1]}
+                unbounded = [(a, t, sorted({c.split(SEP, 1)[1] for pair in jp.conditions for c in pair
+                                            if c.split(SEP, 1)[0] == a})) for a, t in jp.inputs if a not in walked]
+                named = [f"'{a}' (table '{t}') on {', '.join(cols)}" for a, t, cols in unbounded if cols]
+                if named:
+                    what += ": " + "; ".join(named)
+                    a, t, cols = next(u for u in unbounded if u[2])
+                    ref = "" if cols[0] in self.catalog[t].references else f"references={{'{cols[0]}': 'table.key'}} and "
+                    example = (f"{ref}degree_bounds={{'{cols[0]}': N}} on table '{t}' (N: the most rows one value of it "
+                               "holds)")
             paths = f"{len(jp.slots)} path" + ("s" if len(jp.slots) != 1 else "")
             _bad(self.sql, self.stmt, f"a join tuple reaches people through {paths} ({names}) and the tuples "
                  f"per person cannot be bounded from the catalog: {what} (hint: {self._lookup_hint(jp)}declare "
-                 "degree_bounds for these references, e.g. degree_bounds={'customer_id': 64}, or join on keys and privacy units)", vs)
+                 f"degree_bounds for these references, e.g. {example}, or join on keys and privacy units)", vs)
             _raise(vs, policy=True)
         return jp
 
