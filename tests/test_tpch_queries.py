@@ -247,3 +247,18 @@ def test_a_join_on_columns_without_a_bound_names_the_table_and_the_declaration()
     s.register("partsupp", data["partsupp"], public=True, references={"ps_suppkey": "supplier.s_suppkey"},
                degree_bounds={"ps_suppkey": 2})
     assert _rows(s.query(sql, epsilon=5.0, delta=1e-5).table) == _truth(data, sql)
+
+
+def test_a_join_of_public_tables_only_says_so_first() -> None:
+    """TPC-H Q11 (stock value by part, over partsupp, supplier and nation, all public) was refused as 'SUM over an
+    expression needs bounds: column ps.ps_qty has no declared bounds', a fix that would not answer it: the query
+    reads no private table, and the message now says so (as Q2's and Q16's did)."""
+    data = _data()
+    s = _session(data)
+    s.register("partsupp", pa.table({"ps_suppkey": pa.array([0, 1], pa.int64()), "ps_qty": [5, 6], "ps_cost": [1.0, 2.0]}),
+               public=True)
+    with pytest.raises(dpsql.errors.PolicyError) as info:
+        s.explain("SELECT ps.ps_suppkey, SUM(ps.ps_cost * ps.ps_qty) AS value FROM partsupp ps JOIN supplier su "
+                  "ON ps.ps_suppkey = su.s_suppkey JOIN nation n ON su.s_nationkey = n.n_nationkey WHERE n.n_name = 'FRANCE' "
+                  "GROUP BY ps.ps_suppkey", epsilon=1.0, delta=1e-6)
+    assert "every table of the join is public" in str(info.value) and "bounds" not in str(info.value), str(info.value)

@@ -155,6 +155,9 @@ def _not_plain(col: exp.Column, table: str, where: str) -> str:
             "it or filter a join by it, expose it under such a name (e.g. a DuckDB view or a renamed Parquet column)")
 
 
+_ALL_PUBLIC = "every table of the join is public: there is nothing private to protect; query the public data directly"
+
+
 def _bad(sql: str, node: exp.Expression, msg: str, vs: list[Violation]) -> None:
     vs.append(violation(node, sql, msg))
 
@@ -758,6 +761,10 @@ class _JoinBuilder:
             _raise(self.vs)
         self.add_input(from_.this)
         joins = [j for j in stmt.args.get("joins") or [] if self.add_input(j.this, j)]
+        if self.inputs and not self.failed and all(i.table.public for i in self.inputs):
+            # the one problem: bounds, keys or aggregates are not what such a query needs (it needs no DP at all)
+            _bad(sql, stmt, _ALL_PUBLIC, self.vs)
+            _raise(self.vs, policy=True)
         # columns that are not plain identifiers cannot be named in a join (they read as unknown)
         self.flat_schema = {flat(i.alias, c): t for i in self.inputs for c, t in i.table.schema.items() if _PLAIN.match(c)}
         stmt = _spelled(stmt, {c.lower() for i in self.inputs for c in i.table.schema})
@@ -1113,7 +1120,7 @@ class _JoinBuilder:
                      "equal values can be spelled differently, so a join cannot tell its people apart (hint: the data "
                      "owner must register an integer, DECIMAL, text or date privacy unit)", vs)
         if not slots and not vs:
-            _bad(self.sql, self.stmt, "every table of the join is public: there is nothing private to protect; query the public data directly", vs)
+            _bad(self.sql, self.stmt, _ALL_PUBLIC, vs)
         _raise(vs, policy=True)
         jp = ir.JoinPlan(inputs=tuple((i.alias, i.table.name) for i in self.inputs), conditions=tuple(conditions),
                            where=where, kind=agg[0], value=value, bounds=agg[2], slots=tuple(_dedupe(slots)),
