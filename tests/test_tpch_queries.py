@@ -122,17 +122,18 @@ def test_a_date_column_with_a_declared_range_is_a_key_over_joins() -> None:
     """TPC-H Q3 (revenue by o_orderdate, o_shippriority) was refused: 'orders.o_orderdate' is neither a column of a
     public table nor declared public (hint: declare a domain), though the column declares its date range and
     CAST(o.o_orderdate AS DATE) of it was answered. The column is now a key of its days in that range, as the cast is:
-    every day of the range released (noisy zeros included), each tuple under its own day."""
+    every day of the range released (noisy zeros included) but those the WHERE's conditions on the column alone
+    exclude, each tuple under its own day."""
     data = _data()
     s = _session(data)
     r = s.query(Q3, epsilon=5.0, delta=1e-5)
     rows = _rows(r.table)
-    assert [row[0] for row in rows] == [_D0 + datetime.timedelta(days=i) for i in range(365)]
+    assert [row[0] for row in rows] == [_D0 + datetime.timedelta(days=i) for i in range(19)]
     nonzero = [row for row in rows if row[2]]
     assert nonzero == _truth(data, Q3)
     same = s.query(Q3.replace("SELECT o.o_orderdate,", "SELECT CAST(o.o_orderdate AS DATE) AS o_orderdate,").replace(
         "GROUP BY o.o_orderdate,", "GROUP BY 1,").replace("ORDER BY o.o_orderdate", "ORDER BY 1"), epsilon=5.0, delta=1e-5)
-    assert _rows(same.table) == rows
+    assert [row for row in _rows(same.table) if row[2]] == nonzero  # (every day of the range: the WHERE reads the column)
 
 
 def test_a_date_key_over_a_join_is_decided_by_the_catalog_alone() -> None:

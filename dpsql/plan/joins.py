@@ -1035,6 +1035,9 @@ class _JoinBuilder:
             return by_sql.get(spelled(x if year is None else exp.func("year", year.copy())))
 
         by_sql = {spelled(k.expr): k.name for k in self.keys}
+        # a DATE column grouped by its days (join_groups._key): the key's value is the column's own
+        by_sql.update({spelled(k.written): k.name for k in self.keys
+                       if k.kind == "derived" and isinstance(k.written, exp.Column)})
         kept: list[exp.Expression] = []
         for c in where_flat.flatten() if isinstance(where_flat, exp.And) else [where_flat]:
             try:
