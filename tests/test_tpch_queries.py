@@ -263,3 +263,15 @@ def test_a_join_of_public_tables_only_says_so_first() -> None:
                   "ON ps.ps_suppkey = su.s_suppkey JOIN nation n ON su.s_nationkey = n.n_nationkey WHERE n.n_name = 'FRANCE' "
                   "GROUP BY ps.ps_suppkey", epsilon=1.0, delta=1e-6)
     assert "every table of the join is public" in str(info.value) and "bounds" not in str(info.value), str(info.value)
+
+
+def test_an_in_subquery_that_groups_does_not_name_a_join_as_its_fix() -> None:
+    """TPC-H Q18 (orders whose line items total more than 300 units) was refused with 'list the values (x IN ('a',
+    'b')), or JOIN the subquery's table ON the column': neither writes a choice of rows by a per-order total. The
+    message now says what the subquery does and what a release can do instead; nothing is charged."""
+    s = _session(_data())
+    with pytest.raises(dpsql.errors.UnsupportedQueryError) as info:
+        s.explain("SELECT COUNT(*) FROM orders o WHERE o.o_orderkey IN (SELECT l.l_orderkey FROM lineitem l "
+                  "GROUP BY l.l_orderkey HAVING SUM(l.l_quantity) > 300)", epsilon=1.0, delta=1e-6)
+    text = str(info.value)
+    assert "GROUP BY ... HAVING" in text and "list the values" not in text, text

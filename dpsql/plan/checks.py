@@ -219,6 +219,12 @@ def _subquery_fix(sub: exp.Expression) -> str:
         return ("; JOIN the subquery's table ON the key instead (FROM a JOIN b ON a.k = b.k), with the subquery's "
                 "conditions in WHERE: the join keeps a row of a once per matching row of b, so its COUNT(*) and sums "
                 "count each row of a as often as b matches it, where EXISTS counts it once")
+    body = sub.this if isinstance(sub, exp.Subquery) else sub
+    if (isinstance(sub.parent, exp.In) and sub.parent.args.get("query") is sub and isinstance(body, exp.Select)
+            and (body.args.get("group") is not None or body.args.get("having") is not None)):
+        return ("; its rows are chosen by a total over grouped rows (GROUP BY ... HAVING), which no list of values or "
+                "join writes: a release can count or sum the rows of each group (GROUP BY in the query itself), or "
+                "filter the groups it releases with HAVING, not select other rows by them")
     if isinstance(sub.parent, exp.In) and sub.parent.args.get("query") is sub:
         return ("; list the values (x IN ('a', 'b')), or JOIN the subquery's table ON the column "
                 "(FROM a JOIN b ON a.x = b.y)")
