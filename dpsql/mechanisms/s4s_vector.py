@@ -652,7 +652,7 @@ def _clip_fit(epsilon: float, delta: float, d: int, clip: float, integer: bool, 
     calibrated to the sensitivity √m·C(1 + 2⁻³⁰), so that the m runs together shift by at most the sensitivity
     their σ's are calibrated to."""
     sens = clip * (1.0 + CLIP_SLACK) * joint_factor(joint)
-    mult = 1.0 + math.exp(epsilon)
+    mult = 1.0 + math.exp(epsilon) if epsilon < 700.0 else math.inf  # (beyond, e^epsilon is no double: nothing fits)
     for fine in (True, False):
         for share in FP_SHARES if fine else FP_SHARES[-1:]:
             sigma = gaussian_sigma(epsilon, delta * (1.0 - share), sens)

@@ -212,8 +212,19 @@ _WINDOW_OVER_AGGREGATES = ("windows over aggregates are answered in the SELECT l
 def _subquery_fix(sub: exp.Expression) -> str:
     """How to write a subquery's condition without it: a JOIN for EXISTS and IN over a table, the values for IN, a
     literal for a scalar subquery."""
+    if isinstance(sub, exp.Exists) and isinstance(sub.parent, exp.Not):
+        return ("; NOT EXISTS (the rows another table holds no match for) has no answered form: a JOIN keeps the "
+                "matched rows only, never the others")
     if isinstance(sub, exp.Exists):
-        return "; JOIN the subquery's table ON the key instead (FROM a JOIN b ON a.k = b.k)"
+        return ("; JOIN the subquery's table ON the key instead (FROM a JOIN b ON a.k = b.k), with the subquery's "
+                "conditions in WHERE: the join keeps a row of a once per matching row of b, so its COUNT(*) and sums "
+                "count each row of a as often as b matches it, where EXISTS counts it once")
+    body = sub.this if isinstance(sub, exp.Subquery) else sub
+    if (isinstance(sub.parent, exp.In) and sub.parent.args.get("query") is sub and isinstance(body, exp.Select)
+            and (body.args.get("group") is not None or body.args.get("having") is not None)):
+        return ("; its rows are chosen by a total over grouped rows (GROUP BY ... HAVING), which no list of values or "
+                "join writes: a release can count or sum the rows of each group (GROUP BY in the query itself), or "
+                "filter the groups it releases with HAVING, not select other rows by them")
     if isinstance(sub.parent, exp.In) and sub.parent.args.get("query") is sub:
         return ("; list the values (x IN ('a', 'b')), or JOIN the subquery's table ON the column "
                 "(FROM a JOIN b ON a.x = b.y)")

@@ -2,12 +2,14 @@
 
 A join answers GROUP BY with one released row per key of a *public* key set (every key released,
 zero groups included), so which keys exist never depends on private rows. Supported keys (one or
-several; the key set is their product):
+several; the key set is their product, the plain columns of one public table taken together as its rows'
+combinations):
 
 * ``public`` -- a plain column of a public table of the join (``n.n_name`` with ``nation``
   registered ``public=True``). Its key set is that table's distinct values after the
   WHERE conjuncts over that table alone (public data, read in the query itself), NULL included
   when the table holds one (SQL's NULL group of the lookup's NULLs);
+* a plain DATE column with a declared ordered range, of any table: a ``derived`` key (below), its days;
 * ``declared`` -- a plain column with a declared ``domain`` (``columns={'c_mktsegment':
   {'domain': [...]}}``), of any table of the join;
 * ``year`` -- ``year(col)``, ``extract(year FROM col)`` or ``date_part('year', col)`` of a DATE or
@@ -176,6 +178,9 @@ def _key(g: exp.Expression, tables: Mapping[str, TableSpec], resolve: Callable[[
         return ir.JoinKey(name, exp.column(f, quoted=False), where, "declared", alias, column, typ, tuple(spec.domain))
     if t.public:
         return ir.JoinKey(name, exp.column(f, quoted=False), where, "public", alias, column, typ, None)
+    if schema is not None and typ.upper() == "DATE" and _public_values(t, column) is not None:
+        # a DATE column with a declared range: its days, as CAST(col AS DATE) or date_trunc('day', col) of it
+        return _derived(g, name, tables, resolve, bad, policy, private, schema)
     # no public key set: refused at routing unless the join is a lookup join (dpsql.mechanisms.registry), whose
     # joined rows are the private table's own and whose keys the sparse histogram releases above a noisy threshold
     msg = (f"GROUP BY {quoted(col)}: '{t.name}.{column}' is neither a column of a public table nor declared "
@@ -313,7 +318,9 @@ def _derived(g: exp.Expression, name: str, tables: Mapping[str, TableSpec],
         f = resolve(c, "GROUP BY")
         if f is None:
             return None
-        c.replace(stands_for(exp.column(f, quoted=False), c))
+        flat_c = stands_for(exp.column(f, quoted=False), c)
+        flat_g = flat_c if c is flat_g else flat_g  # (the key is the column itself: a DATE column's days)
+        c.replace(flat_c)
     try:
         total, typ = type_key(flat_g, dict(schema))
     except TypeRefusal as e:
@@ -399,7 +406,7 @@ def key_outputs(node: exp.Expression, keys: list[ir.JoinKey], flatten: Callable[
     roots = tuple({type(k.written) for k in keys if k.match is not None and k.written is not None})
 
     def matched(x: exp.Expression) -> str | None:
-        if (not roots or not isinstance(x, roots) or isinstance(x, exp.Column)
+        if (not roots or not isinstance(x, roots) or (isinstance(x, exp.Column) and exp.Column not in roots)
                 or any(True for _ in x.find_all(exp.AggFunc)) or not any(True for _ in x.find_all(exp.Column))):
             return None
         y = (probe or flatten)(x)

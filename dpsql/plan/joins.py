@@ -155,6 +155,9 @@ def _not_plain(col: exp.Column, table: str, where: str) -> str:
             "it or filter a join by it, expose it under such a name (e.g. a DuckDB view or a renamed Parquet column)")
 
 
+_ALL_PUBLIC = "every table of the join is public: there is nothing private to protect; query the public data directly"
+
+
 def _bad(sql: str, node: exp.Expression, msg: str, vs: list[Violation]) -> None:
     vs.append(violation(node, sql, msg))
 
@@ -267,7 +270,19 @@ class _JoinBuilder:
         self.item_at: int | None = None
 
     def bad(self, node: exp.Expression, msg: str) -> None:
+        if self._in_subquery(node):
+            return  # a part of a subquery in WHERE (its tables, aggregates): the subquery is the one problem, reported
         _bad(self.sql, node, msg, self.vs)
+
+    def _in_subquery(self, node: exp.Expression) -> bool:
+        """Whether ``node`` lies inside a subquery (``EXISTS (...)``, ``x IN (SELECT ...)``, a scalar subquery) of
+        the statement: the allow-list check refuses the subquery itself, with its fix."""
+        up = node.parent
+        while up is not None and up is not self.stmt:
+            if isinstance(up, (exp.Subquery, exp.Exists)) or (isinstance(up, exp.Select) and isinstance(up.parent, exp.In)):
+                return True
+            up = up.parent
+        return False
 
     # -- inputs and conditions ------------------------------------------------------------
     def add_input(self, tbl: exp.Expression, at: exp.Expression | None = None) -> bool:
@@ -746,6 +761,10 @@ class _JoinBuilder:
             _raise(self.vs)
         self.add_input(from_.this)
         joins = [j for j in stmt.args.get("joins") or [] if self.add_input(j.this, j)]
+        if self.inputs and not self.failed and all(i.table.public for i in self.inputs):
+            # the one problem: bounds, keys or aggregates are not what such a query needs (it needs no DP at all)
+            _bad(sql, stmt, _ALL_PUBLIC, self.vs)
+            _raise(self.vs, policy=True)
         # columns that are not plain identifiers cannot be named in a join (they read as unknown)
         self.flat_schema = {flat(i.alias, c): t for i in self.inputs for c, t in i.table.schema.items() if _PLAIN.match(c)}
         stmt = _spelled(stmt, {c.lower() for i in self.inputs for c in i.table.schema})
@@ -1016,6 +1035,9 @@ class _JoinBuilder:
             return by_sql.get(spelled(x if year is None else exp.func("year", year.copy())))
 
         by_sql = {spelled(k.expr): k.name for k in self.keys}
+        # a DATE column grouped by its days (join_groups._key): the key's value is the column's own
+        by_sql.update({spelled(k.written): k.name for k in self.keys
+                       if k.kind == "derived" and isinstance(k.written, exp.Column)})
         kept: list[exp.Expression] = []
         for c in where_flat.flatten() if isinstance(where_flat, exp.And) else [where_flat]:
             try:
@@ -1101,7 +1123,7 @@ class _JoinBuilder:
                      "equal values can be spelled differently, so a join cannot tell its people apart (hint: the data "
                      "owner must register an integer, DECIMAL, text or date privacy unit)", vs)
         if not slots and not vs:
-            _bad(self.sql, self.stmt, "every table of the join is public: there is nothing private to protect; query the public data directly", vs)
+            _bad(self.sql, self.stmt, _ALL_PUBLIC, vs)
         _raise(vs, policy=True)
         jp = ir.JoinPlan(inputs=tuple((i.alias, i.table.name) for i in self.inputs), conditions=tuple(conditions),
                            where=where, kind=agg[0], value=value, bounds=agg[2], slots=tuple(_dedupe(slots)),
@@ -1134,10 +1156,25 @@ class _JoinBuilder:
                                   hint="the data owner may declare smaller degree_bounds or max_rows_per_unit")
             what = (f"no bound on the rows per person through {', '.join(loose)}" if loose else
                     "some input joins on a column with no declared bound")
+            example = "degree_bounds={'customer_id': 64}"
+            if not loose:
+                # the inputs a walk from the first person's input cannot reach through a bounded column: name them,
+                # and the declaration that bounds one (the most rows sharing one value of a column it joins on)
+                start = jp.slots[0].alias
+                walked = {start} | {b for b, _, _ in _walk(jp, self.catalog, start, None)[1]}
+                unbounded = [(a, t, sorted({c.split(SEP, 1)[1] for pair in jp.conditions for c in pair
+                                            if c.split(SEP, 1)[0] == a})) for a, t in jp.inputs if a not in walked]
+                named = [f"'{a}' (table '{t}') on {', '.join(cols)}" for a, t, cols in unbounded if cols]
+                if named:
+                    what += ": " + "; ".join(named)
+                    a, t, cols = next(u for u in unbounded if u[2])
+                    ref = "" if cols[0] in self.catalog[t].references else f"references={{'{cols[0]}': 'table.key'}} and "
+                    example = (f"{ref}degree_bounds={{'{cols[0]}': N}} on table '{t}' (N: the most rows one value of it "
+                               "holds)")
             paths = f"{len(jp.slots)} path" + ("s" if len(jp.slots) != 1 else "")
             _bad(self.sql, self.stmt, f"a join tuple reaches people through {paths} ({names}) and the tuples "
                  f"per person cannot be bounded from the catalog: {what} (hint: {self._lookup_hint(jp)}declare "
-                 "degree_bounds for these references, e.g. degree_bounds={'customer_id': 64}, or join on keys and privacy units)", vs)
+                 f"degree_bounds for these references, e.g. {example}, or join on keys and privacy units)", vs)
             _raise(vs, policy=True)
         return jp
 

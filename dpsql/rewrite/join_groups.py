@@ -6,7 +6,8 @@
   NULL included when the table holds one (SQL's NULL group; a tuple's key matches the set's NULL-safely).
   A derived key's set over its columns' public values, a long run of consecutive integers or days among them
   counted out from crossed decimal digits rather than listed. The product of the keys' sets when there are
-  several (its size known first: :func:`key_set_sizes` counts each set alone, before the charge).
+  several, the plain columns of one public table read together as its rows' combinations (its size bounded first:
+  :func:`key_set_sizes` counts each set alone, before the charge).
 * :func:`clipped_groups` (one person per tuple): per owner and group the sum of the tuple values
   (per part the exact integer sum of the weights, converted once: the same bits in any order), each
   owner's vector clipped in L2 to the public bound C (scaled by min(1, C/norm)); tuples whose owner
@@ -83,17 +84,26 @@ def _key_set(k: ir.JoinKey, jp: ir.JoinPlan, catalog: Mapping[str, TableSpec]) -
         vals = [exp.cast(exp.Literal.number(v), "BIGINT") if k.kind == "year" else domain_literal(v, k.sql_type) for v in k.domain]
         listed = exp.select(exp.alias_(exp.func("unnest", exp.Array(expressions=vals)), k.name)).subquery("__domain")
         return exp.select(exp.alias_(_canonical(k, _col(k.name)), k.name)).from_(listed)
-    t = catalog[dict(jp.inputs)[k.alias]]
+    return _public_set([k], jp, catalog)
+
+
+def _public_set(ks: Sequence[ir.JoinKey], jp: ir.JoinPlan, catalog: Mapping[str, TableSpec]) -> exp.Select:
+    """The key set of plain columns of one public table (``ks``, one alias): the distinct rows of those columns
+    after the WHERE conjuncts over that table alone, NULL included where the table holds one (SQL's NULL group; read
+    from the public table alone). Several columns of one table are its rows' combinations, never their product
+    (``GROUP BY s.s_suppkey, s.s_name``: one key per supplier)."""
+    alias = ks[0].alias
+    t = catalog[dict(jp.inputs)[alias]]
     local, _ = _split_where(jp)
-    cols = sorted({k.column, *[c.name.split("__", 1)[1] for e in local.get(k.alias, []) for c in e.find_all(exp.Column)]})
-    rel: exp.Expression = exp.select(*[exp.alias_(exp.column(c, quoted=True), flat(k.alias, c)) for c in cols]).from_(
+    cols = sorted({*[k.column for k in ks], *[c.name.split("__", 1)[1] for e in local.get(alias, [])
+                                               for c in e.find_all(exp.Column)]})
+    rel: exp.Expression = exp.select(*[exp.alias_(exp.column(c, quoted=True), flat(alias, c)) for c in cols]).from_(
         exp.to_table(t.view or source_name(t.name), quoted=True))
-    # every value of the public table's column, NULL included when the table holds one (SQL's NULL group; read from
-    # the public table alone)
     conds: list[exp.Expression] = []
-    if local.get(k.alias):
-        conds += [guard(c, dict(jp.flat_schema)) for c in local[k.alias]]
-    q = exp.select(exp.alias_(_canonical(k, _col(flat(k.alias, k.column))), k.name)).distinct().from_(rel.subquery("__p"))
+    if local.get(alias):
+        conds += [guard(c, dict(jp.flat_schema)) for c in local[alias]]
+    q = exp.select(*[exp.alias_(_canonical(k, _col(flat(alias, k.column))), k.name) for k in ks]).distinct().from_(
+        rel.subquery("__p"))
     for c in conds:
         q = q.where(c)
     return q
@@ -183,9 +193,21 @@ def key_set_sizes(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec]) -> exp.Sele
 def key_set(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec]) -> exp.Select:
     """``__dom``: every key combination and its index ``__gid`` (module docstring)."""
     names = [k.name for k in jp.keys]
-    q = exp.select(*[_col(f"__d{i}.{n}") for i, n in enumerate(names)]).from_(_key_set(jp.keys[0], jp, catalog).subquery("__d0"))
-    for i, k in enumerate(jp.keys[1:], start=1):
-        q = q.join(_key_set(k, jp, catalog).subquery(f"__d{i}"), join_type="cross")
+    # the plain columns of one public table are read together (its rows' combinations); every other key alone
+    parts: list[list[ir.JoinKey]] = []
+    together: dict[str, list[ir.JoinKey]] = {}
+    for k in jp.keys:
+        if k.kind == "public" and k.alias in together:
+            together[k.alias].append(k)
+            continue
+        parts.append([k])
+        if k.kind == "public":
+            together[k.alias] = parts[-1]
+    where = {k.name: j for j, part in enumerate(parts) for k in part}
+    sets = [_public_set(part, jp, catalog) if len(part) > 1 else _key_set(part[0], jp, catalog) for part in parts]
+    q = exp.select(*[_col(f"__d{where[n]}.{n}") for n in names]).from_(sets[0].subquery("__d0"))
+    for j, part_set in enumerate(sets[1:], start=1):
+        q = q.join(part_set.subquery(f"__d{j}"), join_type="cross")
     order = exp.Window(this=exp.RowNumber(), order=exp.Order(expressions=[exp.Ordered(this=_col(n), nulls_first=False)
                                                                          for n in names]))
     # BIGINT on every engine (ROW_NUMBER is an INT on Spark): the index only, never released

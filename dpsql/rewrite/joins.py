@@ -658,7 +658,7 @@ def join_relation(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], *, salt: st
         proj = [exp.alias_(exp.column(c, quoted=True), flat(a, c)) for c in cols]
         rel: exp.Expression = exp.select(*proj).from_(exp.to_table(t.view or source_name(t.name), quoted=True))
         if local.get(a):
-            rel = exp.select("*").from_(rel.subquery("__f")).where(guard(_and(local[a]), dict(original.flat_schema)))
+            rel = exp.select("*").from_(rel.subquery("__where")).where(guard(_and(local[a]), dict(original.flat_schema)))
         if hoist.parts.get(a):
             # the parts of the conditions after the join over this input (:func:`hoisted`), computed from the text
             # under the binary collation, as the join would read it, before a key becomes its digest
