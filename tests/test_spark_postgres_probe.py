@@ -69,3 +69,31 @@ def test_a_url_under_ledger_path_is_refused_naming_url(tmp_path: Path, capsys: p
         dpsql.Session.from_config(cfg)
     assert SECRET not in str(e.value)
 
+
+
+def test_arrow_view_types_read_on_spark_as_on_duckdb() -> None:
+    """pyarrow reads the text of Parquet files written by arrow-rs writers (tpchgen-cli's TPC-H tables, Polars,
+    DataFusion) as ``string_view``; the Spark engine refused such a table at registration, DuckDB read it."""
+    from _spark import comparable_session, require_spark
+
+    require_spark()
+    import pyarrow as pa
+
+    n = 800
+    t = pa.table({"u": pa.array([i % 400 for i in range(n)], pa.int64()),
+                  "seg": pa.array(["AUTOMOBILE", "BUILDING", None, "ü é"][i % 4] for i in range(n)).cast(pa.string_view()),
+                  "raw": pa.array([bytes([i % 3]) for i in range(n)], pa.binary_view()),
+                  "tags": pa.array([["a", "b"][: i % 3] for i in range(n)], pa.list_(pa.string_view())),
+                  "s": pa.array([{"x": str(i % 2)} for i in range(n)], pa.struct([("x", pa.string_view())]))})
+    out = []
+    for kind in ("spark", "duckdb"):
+        s = comparable_session(kind)
+        try:
+            s.register("t", t, privacy_unit="u", max_groups_per_unit=2, max_rows_per_group=2)
+            r = s.query("SELECT seg, COUNT(*) AS n FROM t WHERE tags IS NOT NULL AND s IS NOT NULL AND raw IS NOT NULL "
+                        "GROUP BY seg ORDER BY seg", epsilon=8, delta=1e-4)
+            out.append((r.mechanism, r.table))
+        finally:
+            s.close()
+    assert out[0][1].num_rows > 0 and out[0][0] == out[1][0]
+    assert out[0][1].equals(out[1][1]) and out[0][1].schema == out[1][1].schema, (out[0][1], out[1][1])

@@ -277,6 +277,32 @@ def _collated(spark_simple: str) -> bool:
     return t.startswith("string collate") and not t.endswith("utf8_binary")
 
 
+def _without_views(t: pa.DataType) -> pa.DataType:
+    """``t`` with Arrow's view layouts of text and binary (``string_view``, ``binary_view``: pyarrow's reading of
+    Parquet files that arrow-rs writers made, e.g. tpchgen-cli's, Polars', DataFusion's), at any depth, as their large
+    forms, which pyspark reads: the same values (DuckDB's reader reads both alike)."""
+    T = pa.types
+    if T.is_string_view(t):
+        return pa.large_string()
+    if T.is_binary_view(t):
+        return pa.large_binary()
+    if T.is_list(t) or T.is_large_list(t) or T.is_fixed_size_list(t):
+        inner = _without_views(t.value_type)
+        if inner == t.value_type:
+            return t
+        field = t.value_field.with_type(inner)
+        return (pa.list_(field) if T.is_list(t) else pa.large_list(field) if T.is_large_list(t)
+                else pa.list_(field, t.list_size))
+    if T.is_struct(t):
+        fields = [t.field(i) for i in range(t.num_fields)]
+        new = [f.with_type(_without_views(f.type)) for f in fields]
+        return t if new == fields else pa.struct(new)
+    if T.is_map(t):
+        k, v = _without_views(t.key_type), _without_views(t.item_type)
+        return t if (k, v) == (t.key_type, t.item_type) else pa.map_(t.key_field.with_type(k), t.item_field.with_type(v))
+    return t
+
+
 def _micros_or_null(column: Any, t: pa.TimestampType) -> Any:
     """A timestamp column in seconds or milliseconds as microseconds (time zone kept): exact inside
     DuckDB reader's range (``TS_MIN_US`` .. ``TS_MAX_US``), NULL outside it, as DuckDB reads it."""
@@ -905,7 +931,9 @@ class SparkBackend:
 
         columns = []
         for field, column in zip(table.schema, table.columns, strict=True):
-            t = field.type
+            t = _without_views(field.type)
+            if t != field.type:  # the same values, in the layout pyspark reads
+                column = column.cast(t)
             if pa.types.is_timestamp(t) and t.unit in ("s", "ms"):
                 column = _micros_or_null(column, t)
             elif pa.types.is_date64(t):
