@@ -222,7 +222,7 @@ class Session(SessionObject):
         else:
             entry = reserve(self._ledger, desc.cost, mechanism=desc.label, query=req.text, tables=req.tables,
                             params=desc.parameters)
-            with charged(self._ledger, self._engine, entry, "the query" if req.plan is not None else "the range workload"):
+            with charged(self._ledger, self._engine, entry, "the query" if req.plan is not None else "the range workload" if req.workload is not None else "the caps advice"):
                 rows = backends.fetch_bounded(self._engine, ast)  # a list of tables for a batch
                 released = r.release(rows, self._noise)
                 if req.plan is not None and not released.final:

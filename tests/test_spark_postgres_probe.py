@@ -97,3 +97,22 @@ def test_arrow_view_types_read_on_spark_as_on_duckdb() -> None:
             s.close()
     assert out[0][1].num_rows > 0 and out[0][0] == out[1][0]
     assert out[0][1].equals(out[1][1]) and out[0][1].schema == out[1][1].schema, (out[0][1], out[1][1])
+
+
+def test_caps_advice_that_fails_after_its_charge_is_not_called_a_range_workload(
+        events: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    """suggest_caps's failure after the charge (a Spark statement time-out, say) read 'the range workload failed'."""
+    from dpsql.errors import ExecutionError
+
+    s = dpsql.Session(budget=dpsql.Budget(10.0, 1e-6))
+    s.register("events", events, privacy_unit="user_id")
+
+    def failing(*a: object, **k: object) -> None:
+        raise TimeoutError("statement time-out")
+
+    monkeypatch.setattr("dpsql.session.backends.fetch_bounded", failing)
+    with pytest.raises(ExecutionError) as e:
+        s.suggest_caps("events", epsilon=0.5)
+    assert str(e.value).startswith("the caps advice failed after its budget was charged"), str(e.value)
+    assert "range workload" not in str(e.value)
+    s.close()
