@@ -116,3 +116,22 @@ def test_caps_advice_that_fails_after_its_charge_is_not_called_a_range_workload(
     assert str(e.value).startswith("the caps advice failed after its budget was charged"), str(e.value)
     assert "range workload" not in str(e.value)
     s.close()
+
+
+def test_an_unreachable_postgres_ledger_is_said_before_spark_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A wrong password, URL or server of a PostgreSQL ledger was said only once the Spark engine had started (a JVM,
+    22 s on this machine; a cluster's registration, longer) and the tables were registered."""
+    pytest.importorskip("psycopg")
+    from dpsql.errors import LedgerError
+
+    started: list[object] = []
+
+    def backend(*a: object) -> None:
+        started.append(a)
+        raise AssertionError("the engine was started")
+
+    monkeypatch.setattr("dpsql.session.make_backend", backend)
+    url = f"postgresql://dpsql:{SECRET}@127.0.0.1:1/dpsql"  # port 1: nothing listens, the connection is refused
+    with pytest.raises(LedgerError, match="cannot connect to the PostgreSQL ledger") as e:
+        dpsql.Session(url, engine={"kind": "spark", "master": "local[2]"}, lock_timeout=2)
+    assert started == [] and SECRET not in str(e.value)
