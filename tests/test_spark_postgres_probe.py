@@ -44,6 +44,14 @@ def test_a_connection_string_that_is_no_url_is_refused_without_its_password(tmp_
     assert os.listdir(tmp_path) == []  # no ledger file was made under that name
 
 
+def test_a_partitioned_directory_is_still_a_ledger_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "host=a" / "port=1" / "user=b" / "ledger.duckdb"
+    path.parent.mkdir(parents=True)
+    Ledger.create(str(path), dpsql.Budget(1.0, 1e-6)).close()
+    assert Ledger.open(str(path)).total() == dpsql.Budget(1.0, 1e-6)
+
+
 @pytest.mark.parametrize("ledger", NOT_URLS[:2] + NOT_URLS[4:5])
 def test_the_cli_refuses_it_from_dpsql_ledger_without_its_password(tmp_path: Path, ledger: str,
                                                                    monkeypatch: pytest.MonkeyPatch,

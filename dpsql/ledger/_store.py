@@ -473,7 +473,7 @@ def _utf8_path(p: str) -> str:
 #: PostgreSQL in another case, with a driver or after a space ('PostgreSQL://', 'postgresql+psycopg://'; as a path
 #: its '//' is one '/'), or libpq's key=value form (a password, or two of its keywords)
 _PG_SCHEME = re.compile(r"(?:^|/)(\s*)(postgres(?:ql)?(?:\+[\w.-]*)?):/", re.I)
-_PG_KEYWORD = re.compile(r"(?:^|[\s/])(host|hostaddr|port|dbname|user|password|passfile|sslmode|service|options)\s*=",
+_PG_KEYWORD = re.compile(r"(^|[\s/])(host|hostaddr|port|dbname|user|password|passfile|sslmode|service|options)\s*=",
                          re.I)
 
 
@@ -482,8 +482,11 @@ def _not_a_connection_string(p: str) -> None:
     name exists): taken for a file, its refusal ('no budget ledger at ...', 'dpsql init --ledger ...') printed
     the password it holds. The text is not shown, only what it looks like."""
     scheme = _PG_SCHEME.search(p)
-    keys = {k.lower() for k in _PG_KEYWORD.findall(p)}
-    if (scheme is None and "password" not in keys and len(keys) < 2) or os.path.lexists(p):
+    pairs = _PG_KEYWORD.findall(p)
+    keys = {k.lower() for _, k in pairs}
+    # libpq separates its pairs by spaces (a directory of a partitioned layout, /lake/host=a/port=1/, by slashes)
+    conninfo = "password" in keys or (len(keys) >= 2 and any(sep.isspace() for sep, _ in pairs))
+    if (scheme is None and not conninfo) or os.path.lexists(p):
         return
     seen = ("libpq's key=value form" if scheme is None else
             f"a URL of scheme {scheme.group(2)!r}" + (" after a space" if scheme.group(1) else ""))
