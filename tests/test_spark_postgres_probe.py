@@ -143,3 +143,24 @@ def test_an_unreachable_postgres_ledger_is_said_before_spark_starts(monkeypatch:
     with pytest.raises(LedgerError, match="cannot connect to the PostgreSQL ledger") as e:
         dpsql.Session(url, engine={"kind": "spark", "master": "local[2]"}, lock_timeout=2)
     assert started == [] and SECRET not in str(e.value)
+
+
+def test_a_parquet_float16_column_is_named_on_spark(tmp_path: Path) -> None:
+    """A Parquet FLOAT16 column (pyarrow's float16), which DuckDB reads as FLOAT and Spark's reader does not read,
+    was refused on Spark as 'cannot read table source ... (AnalysisException)', naming neither the column nor the fix."""
+    from _spark import require_spark
+
+    require_spark()
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "half.parquet"
+    pq.write_table(pa.table({"u": pa.array([1, 2], pa.int64()), "h": pa.array([1.0, 2.0], pa.float16())}), path)
+    s = dpsql.Session(budget=dpsql.Budget(1.0, 1e-6), engine="spark")
+    try:
+        with pytest.raises(ConfigError) as e:
+            s.register("t", str(path), privacy_unit="u")
+        assert "'h'" in str(e.value) and "FLOAT16" in str(e.value) and "DuckDB engine" in str(e.value), str(e.value)
+        assert s.tables == {}
+    finally:
+        s.close()

@@ -631,10 +631,15 @@ _NANOS_HINT = ("rewrite the column in microseconds (pyarrow: pq.write_table(t, p
                "writes TIMESTAMP columns in microseconds), or use the DuckDB engine, which reads nanosecond timestamps")
 
 
+_FLOAT16_HINT = ("rewrite the column as FLOAT or DOUBLE (pyarrow: cast it to pa.float32() before pq.write_table), or use "
+                 "the DuckDB engine, which reads FLOAT16 as FLOAT")
+
+
 def _refuse_nanos(name: str, path: str, schema: Any) -> None:
-    """A ConfigError naming the columns of a Parquet file's schema (its footer) stored as TIMESTAMP(NANOS), which
-    Spark's reader does not read (its schema conversion fails, for every file and row alike)."""
+    """A ConfigError naming the columns of a Parquet file's schema (its footer) stored as TIMESTAMP(NANOS) or FLOAT16,
+    which Spark's reader does not read (its schema conversion fails, for every file and row alike)."""
     found: list[str] = []
+    halves: list[str] = []
     stack = [(t, "") for t in schema.getFields()]
     while stack:
         t, under = stack.pop()
@@ -646,6 +651,12 @@ def _refuse_nanos(name: str, path: str, schema: Any) -> None:
         if (ann is not None and str(ann.getClass().getSimpleName()) == "TimestampLogicalTypeAnnotation"
                 and str(ann.getUnit().toString()) == "NANOS"):
             found.append(at)
+        elif ann is not None and str(ann.getClass().getSimpleName()) == "Float16LogicalTypeAnnotation":
+            halves.append(at)
+    if halves:
+        cols = ", ".join(f"'{c}'" for c in sorted(halves))
+        raise ConfigError(f"table '{name}': the Parquet file {path!r} stores {cols} as FLOAT16, which Spark does not "
+                          "read", hint=_FLOAT16_HINT)
     if found:
         cols = ", ".join(f"'{c}'" for c in sorted(found))
         raise ConfigError(f"table '{name}': the Parquet file {path!r} stores {cols} as TIMESTAMP(NANOS), which Spark "
@@ -827,7 +838,8 @@ class SparkBackend:
             except Exception as e:  # noqa: BLE001 - Spark's errors come in many classes; the text is withheld
                 # an OSError: a file gone or not readable meanwhile (a retry may read it)
                 nanos = kind == "parquet" and "TIMESTAMP(NANOS" in str(e)  # a schema's type (read only to say so)
-                if nanos:
+                half = kind == "parquet" and "(FLOAT16)" in str(e)
+                if nanos or half:
                     try:  # the columns, named as the footers' path names them (local files)
                         self._nanos_of(name, _expand(str(source).removeprefix("file://")))
                     except ConfigError as named:
@@ -836,8 +848,10 @@ class SparkBackend:
                         pass
                 failure = failure or (InputUnavailableError if isinstance(e, OSError) else ConfigError)(
                     f"cannot read table source for '{name}' ({kind}): {type(e).__name__}"
-                    + (": a column is stored as Parquet TIMESTAMP(NANOS), which Spark does not read" if nanos else ""),
-                    hint=_NANOS_HINT if nanos else "check that the path exists, is readable by Spark and is valid Parquet"
+                    + (": a column is stored as Parquet TIMESTAMP(NANOS), which Spark does not read" if nanos else
+                       ": a column is stored as Parquet FLOAT16, which Spark does not read" if half else ""),
+                    hint=_NANOS_HINT if nanos else _FLOAT16_HINT if half else
+                    "check that the path exists, is readable by Spark and is valid Parquet"
                     if kind == "parquet" else "check the Arrow table's column types "
                     "(docs/spark.md, Sources), or use the DuckDB engine")
         if failure is not None:
