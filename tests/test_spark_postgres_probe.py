@@ -97,7 +97,8 @@ def test_arrow_view_types_read_on_spark_as_on_duckdb() -> None:
     for kind in ("spark", "duckdb"):
         s = comparable_session(kind)
         try:
-            s.register("t", t, privacy_unit="u", max_groups_per_unit=2, max_rows_per_group=2)
+            s.register("t", t, privacy_unit="u", max_groups_per_unit=2, max_rows_per_group=2,
+                       columns={"seg": {"domain": ["AUTOMOBILE", "BUILDING", "ü é"]}})
             r = s.query("SELECT seg, COUNT(*) AS n FROM t WHERE tags IS NOT NULL AND s IS NOT NULL AND raw IS NOT NULL "
                         "GROUP BY seg ORDER BY seg", epsilon=8, delta=1e-4)
             out.append((r.mechanism, r.table))
