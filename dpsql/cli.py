@@ -2160,6 +2160,8 @@ def _main(argv: Sequence[str] | None) -> int:
         elif getattr(args, "ledger_where", None) == "$DPSQL_LEDGER" and text.startswith("no budget ledger at "):
             first, _, rest = text.partition("\n")  # a stale variable in a job's environment: say where the path came from
             text = f"{first} (named by $DPSQL_LEDGER; --ledger PATH or a config's [ledger] path comes first)\n{rest}"
+        elif getattr(args, "ledger_where", None) and text.startswith("the ledger is a PostgreSQL connection string "):
+            text = text.replace("the ledger is", f"the ledger named by {args.ledger_where} is", 1)
         elif (isinstance(e, LedgerError) and getattr(args, "ledger_where", None) in ("--ledger", "$DPSQL_LEDGER")
               and " is not a dpsql budget ledger: " in text.partition("\n")[0]):
             first, _, rest = text.partition("\n")  # (a data file given by mistake: say which setting named it)

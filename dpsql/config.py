@@ -176,6 +176,11 @@ def _load_config(p: str) -> DpsqlConfig:
         if not isinstance(lpath, str) or not lpath.strip():
             raise ConfigError(f"[ledger] path must be a non-empty string, got {lpath!r}",
                               hint='path = "ledger.duckdb"')
+        if re.match(r"\s*postgres(?:ql)?(?:\+[\w.-]*)?:", lpath, re.I):  # never quoted: it may hold a password
+            raise ConfigError("[ledger] path holds a PostgreSQL URL, which dpsql would read as a file path; it is not "
+                              "shown, as it may hold a password",
+                              hint='write it under [ledger] as url = "postgresql://USER@HOST:PORT/DATABASE" instead of '
+                              "path (postgresql:// or postgres://, lower case)")
         if lpath != MEMORY:
             lpath = os.path.normpath(os.path.join(base, os.path.expanduser(lpath)))
     for key in ("epsilon", "delta"):  # a TOML string ("10.0") is text, not the number the total must be

@@ -31,7 +31,7 @@ from dpsql.charge import FAILURE_REASON, charged, keeps_answer, record_release, 
 from dpsql.config import distinct_tables, load_config, table_kwargs
 from dpsql.engine import EngineSettings, ExecutionBackend, make_backend
 from dpsql.errors import ConfigError
-from dpsql.ledger import Ledger, open_ledger
+from dpsql.ledger import Ledger, check_reachable, open_ledger
 from dpsql.mechanisms.registry import Route, route, route_profile, route_workload
 from dpsql.noise import NoiseSource, default_noise_source
 from dpsql.options import LARGE_EPSILON, OPTIONS, check_options
@@ -66,6 +66,7 @@ class Session(SessionObject):
             raise ConfigError(f"debug must be True or False, got {debug!r}")
         if debug:
             settings = dataclasses.replace(settings, debug=True)
+        check_reachable(ledger, settings.kind, lock_timeout=lock_timeout)  # before a slow engine starts (Spark)
         self._engine: ExecutionBackend = make_backend(settings, connection, spark)
         self._has_connection = connection is not None
         self._catalog: dict[str, TableSpec] = {}
@@ -222,7 +223,7 @@ class Session(SessionObject):
         else:
             entry = reserve(self._ledger, desc.cost, mechanism=desc.label, query=req.text, tables=req.tables,
                             params=desc.parameters)
-            with charged(self._ledger, self._engine, entry, "the query" if req.plan is not None else "the range workload"):
+            with charged(self._ledger, self._engine, entry, "the query" if req.plan is not None else "the range workload" if req.workload is not None else "the caps advice"):
                 rows = backends.fetch_bounded(self._engine, ast)  # a list of tables for a batch
                 released = r.release(rows, self._noise)
                 if req.plan is not None and not released.final:

@@ -277,6 +277,32 @@ def _collated(spark_simple: str) -> bool:
     return t.startswith("string collate") and not t.endswith("utf8_binary")
 
 
+def _without_views(t: pa.DataType) -> pa.DataType:
+    """``t`` with Arrow's view layouts of text and binary (``string_view``, ``binary_view``: pyarrow's reading of
+    Parquet files that arrow-rs writers made, e.g. tpchgen-cli's, Polars', DataFusion's), at any depth, as their large
+    forms, which pyspark reads: the same values (DuckDB's reader reads both alike)."""
+    T = pa.types
+    if T.is_string_view(t):
+        return pa.large_string()
+    if T.is_binary_view(t):
+        return pa.large_binary()
+    if T.is_list(t) or T.is_large_list(t) or T.is_fixed_size_list(t):
+        inner = _without_views(t.value_type)
+        if inner == t.value_type:
+            return t
+        field = t.value_field.with_type(inner)
+        return (pa.list_(field) if T.is_list(t) else pa.large_list(field) if T.is_large_list(t)
+                else pa.list_(field, t.list_size))
+    if T.is_struct(t):
+        fields = [t.field(i) for i in range(t.num_fields)]
+        new = [f.with_type(_without_views(f.type)) for f in fields]
+        return t if new == fields else pa.struct(new)
+    if T.is_map(t):
+        k, v = _without_views(t.key_type), _without_views(t.item_type)
+        return t if (k, v) == (t.key_type, t.item_type) else pa.map_(t.key_field.with_type(k), t.item_field.with_type(v))
+    return t
+
+
 def _micros_or_null(column: Any, t: pa.TimestampType) -> Any:
     """A timestamp column in seconds or milliseconds as microseconds (time zone kept): exact inside
     DuckDB reader's range (``TS_MIN_US`` .. ``TS_MAX_US``), NULL outside it, as DuckDB reads it."""
@@ -605,10 +631,15 @@ _NANOS_HINT = ("rewrite the column in microseconds (pyarrow: pq.write_table(t, p
                "writes TIMESTAMP columns in microseconds), or use the DuckDB engine, which reads nanosecond timestamps")
 
 
+_FLOAT16_HINT = ("rewrite the column as FLOAT or DOUBLE (pyarrow: cast it to pa.float32() before pq.write_table), or use "
+                 "the DuckDB engine, which reads FLOAT16 as FLOAT")
+
+
 def _refuse_nanos(name: str, path: str, schema: Any) -> None:
-    """A ConfigError naming the columns of a Parquet file's schema (its footer) stored as TIMESTAMP(NANOS), which
-    Spark's reader does not read (its schema conversion fails, for every file and row alike)."""
+    """A ConfigError naming the columns of a Parquet file's schema (its footer) stored as TIMESTAMP(NANOS) or FLOAT16,
+    which Spark's reader does not read (its schema conversion fails, for every file and row alike)."""
     found: list[str] = []
+    halves: list[str] = []
     stack = [(t, "") for t in schema.getFields()]
     while stack:
         t, under = stack.pop()
@@ -620,6 +651,12 @@ def _refuse_nanos(name: str, path: str, schema: Any) -> None:
         if (ann is not None and str(ann.getClass().getSimpleName()) == "TimestampLogicalTypeAnnotation"
                 and str(ann.getUnit().toString()) == "NANOS"):
             found.append(at)
+        elif ann is not None and str(ann.getClass().getSimpleName()) == "Float16LogicalTypeAnnotation":
+            halves.append(at)
+    if halves:
+        cols = ", ".join(f"'{c}'" for c in sorted(halves))
+        raise ConfigError(f"table '{name}': the Parquet file {path!r} stores {cols} as FLOAT16, which Spark does not "
+                          "read", hint=_FLOAT16_HINT)
     if found:
         cols = ", ".join(f"'{c}'" for c in sorted(found))
         raise ConfigError(f"table '{name}': the Parquet file {path!r} stores {cols} as TIMESTAMP(NANOS), which Spark "
@@ -801,7 +838,8 @@ class SparkBackend:
             except Exception as e:  # noqa: BLE001 - Spark's errors come in many classes; the text is withheld
                 # an OSError: a file gone or not readable meanwhile (a retry may read it)
                 nanos = kind == "parquet" and "TIMESTAMP(NANOS" in str(e)  # a schema's type (read only to say so)
-                if nanos:
+                half = kind == "parquet" and "(FLOAT16)" in str(e)
+                if nanos or half:
                     try:  # the columns, named as the footers' path names them (local files)
                         self._nanos_of(name, _expand(str(source).removeprefix("file://")))
                     except ConfigError as named:
@@ -810,8 +848,10 @@ class SparkBackend:
                         pass
                 failure = failure or (InputUnavailableError if isinstance(e, OSError) else ConfigError)(
                     f"cannot read table source for '{name}' ({kind}): {type(e).__name__}"
-                    + (": a column is stored as Parquet TIMESTAMP(NANOS), which Spark does not read" if nanos else ""),
-                    hint=_NANOS_HINT if nanos else "check that the path exists, is readable by Spark and is valid Parquet"
+                    + (": a column is stored as Parquet TIMESTAMP(NANOS), which Spark does not read" if nanos else
+                       ": a column is stored as Parquet FLOAT16, which Spark does not read" if half else ""),
+                    hint=_NANOS_HINT if nanos else _FLOAT16_HINT if half else
+                    "check that the path exists, is readable by Spark and is valid Parquet"
                     if kind == "parquet" else "check the Arrow table's column types "
                     "(docs/spark.md, Sources), or use the DuckDB engine")
         if failure is not None:
@@ -905,7 +945,9 @@ class SparkBackend:
 
         columns = []
         for field, column in zip(table.schema, table.columns, strict=True):
-            t = field.type
+            t = _without_views(field.type)
+            if t != field.type:  # the same values, in the layout pyspark reads
+                column = column.cast(t)
             if pa.types.is_timestamp(t) and t.unit in ("s", "ms"):
                 column = _micros_or_null(column, t)
             elif pa.types.is_date64(t):

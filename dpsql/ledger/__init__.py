@@ -23,7 +23,7 @@ from dpsql.ledger._store import (
     schema_sql,
 )
 
-__all__ = ["open_ledger", "Ledger", "LedgerEntry", "SCHEMA_VERSION", "COUNTING_STATUSES", "GENERATION_SUFFIX", "schema_sql"]
+__all__ = ["open_ledger", "check_reachable", "Ledger", "LedgerEntry", "SCHEMA_VERSION", "COUNTING_STATUSES", "GENERATION_SUFFIX", "schema_sql"]
 
 
 def open_ledger(
@@ -50,3 +50,15 @@ def open_ledger(
 
         return PostgresLedger.open(ledger, budget, create=create, lock_timeout=lock_timeout)
     return Ledger.open(os.fspath(ledger), budget, create=create, lock_timeout=lock_timeout)
+
+
+def check_reachable(ledger: str | os.PathLike[str] | None, engine_kind: str, *, lock_timeout: float = 10.0) -> None:
+    """A PostgreSQL ledger that cannot be reached (a wrong URL, password or server), said before an engine that is
+    slow to start starts (Spark: a JVM, a cluster's registration; the tables' registration after it) rather than
+    after it: one connection, closed at once; nothing is read or written (the same LedgerError as opening it)."""
+    if engine_kind == "spark" and isinstance(ledger, str) and ledger.startswith(("postgresql://", "postgres://")):
+        from dpsql.ledger._postgres import PostgresLedger
+
+        led = PostgresLedger(ledger, lock_timeout=lock_timeout)
+        led._connect("nothing was changed").close()
+        led.close()

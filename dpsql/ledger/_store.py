@@ -465,7 +465,38 @@ def _utf8_path(p: str) -> str:
             hint="give the ledger a path that is UTF-8 text (rename the file, together with its hidden "
             ".NAME.generation marker, if it exists)",
         )
+    _not_a_connection_string(p)
     return p
+
+
+#: a PostgreSQL connection string that is no URL dpsql reads, in a ledger path made absolute: a scheme naming
+#: PostgreSQL in another case, with a driver or after a space ('PostgreSQL://', 'postgresql+psycopg://'; as a path
+#: its '//' is one '/'), or libpq's key=value form (a password, or two of its keywords)
+_PG_SCHEME = re.compile(r"(?:^|/)(\s*)(postgres(?:ql)?(?:\+[\w.-]*)?):/", re.I)
+_PG_KEYWORD = re.compile(r"(^|[\s/])(host|hostaddr|port|dbname|user|password|passfile|sslmode|service|options)\s*=",
+                         re.I)
+
+
+def _not_a_connection_string(p: str) -> None:
+    """Refuse a ledger path that is a PostgreSQL connection string dpsql does not read as one (no file of that
+    name exists): taken for a file, its refusal ('no budget ledger at ...', 'dpsql init --ledger ...') printed
+    the password it holds. The text is not shown, only what it looks like."""
+    scheme = _PG_SCHEME.search(p)
+    pairs = _PG_KEYWORD.findall(p)
+    keys = {k.lower() for _, k in pairs}
+    # libpq separates its pairs by spaces (a directory of a partitioned layout, /lake/host=a/port=1/, by slashes)
+    conninfo = "password" in keys or (len(keys) >= 2 and any(sep.isspace() for sep, _ in pairs))
+    if (scheme is None and not conninfo) or os.path.lexists(p):
+        return
+    seen = ("libpq's key=value form" if scheme is None else
+            f"a URL of scheme {scheme.group(2)!r}" + (" after a space" if scheme.group(1) else ""))
+    raise ConfigError(
+        f"the ledger is a PostgreSQL connection string ({seen}) that dpsql does not read as one, and as a file path it "
+        "names no ledger; it is not shown, as it may hold a password; nothing was created or charged",
+        hint="name a PostgreSQL ledger by a URL that starts with exactly postgresql:// or postgres:// (lower case, "
+        "nothing before it, no driver such as +psycopg): postgresql://USER@HOST:PORT/DATABASE (the password in "
+        "~/.pgpass or $PGPASSWORD); in dpsql.toml, under [ledger] as url = \"...\"",
+    )
 
 
 #: bytes that the hidden files beside a ledger add to its name (".NAME.creating-PID-RANDOM", ".NAME.q-PID-N-RANDOM")
