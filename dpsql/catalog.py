@@ -1161,7 +1161,6 @@ def register_table(
     if old is not None and old.view == view:
         view += "_2"
     files = source_files(kind, src)
-    _warn_shared_source(catalog, tname, kind, src, files, public)
     schema = register_source(tname, kind, src, view, types=types)
     problems = []
     if privacy_unit is not None and privacy_unit.lower() not in schema:
@@ -1248,6 +1247,7 @@ def register_table(
         read_key=json.dumps({"schema": schema, **{k: v for k, v in (read_settings or {}).items()
                                                   if k != "csv_encoding" or kind == "csv"}}, sort_keys=True),
     )
+    _warn_shared_source(catalog, tname, kind, src, files, public)  # (once it is registered: no warning before a refusal)
     catalog[tname] = spec
     if old is not None:
         unregister_source(tname, old.source_kind, old.view)

@@ -198,6 +198,10 @@ def test_one_file_of_people_registered_under_two_names_is_warned_of(tmp_path):
             s.register("b", str(tmp_path / "*.parquet"), privacy_unit="uid")
         with pytest.warns(UserWarning, match=r"public table 'p' reads .* as table 'a'.*released as they are"):
             s.register("p", str(tmp_path / "people.parquet"), public=True)
+        with warnings.catch_warnings():  # a registration refused (a unit column it lacks) warns of nothing
+            warnings.simplefilter("error")
+            with pytest.raises(ConfigError, match="privacy unit column 'nope' does not exist"):
+                s.register("d", str(tmp_path / "people.parquet"), privacy_unit="nope")
     pq.write_table(T, tmp_path / "countries.parquet")
     with _session() as s, warnings.catch_warnings():
         warnings.simplefilter("error")
