@@ -54,7 +54,7 @@ from dpsql.budget import Budget, check_delta, check_epsilon, exact, float_at_lea
 from dpsql.charge import charged, keeps_answer, record_release, reserve
 from dpsql.errors import ConfigError, QueryError, UnsupportedQueryError
 from dpsql.options import check_options
-from dpsql.plan.checks import ROW_COUNT_MAX, is_aggregate, written_name
+from dpsql.plan.checks import ROW_COUNT_MAX, is_aggregate, output_name
 from dpsql.plan.parse import (
     DIALECT,
     bracket_identifiers,
@@ -296,20 +296,7 @@ def _output_names(stmt: exp.Select, sql: str) -> list[str]:
     suffix: dict[str, int] = {}
     out = []
     for it in stmt.expressions:
-        inner = it.unalias()
-        if isinstance(it, exp.Alias):
-            name = it.alias
-        else:
-            name = inner.sql(dialect=DIALECT)
-            written = written_name(inner, sql, rendered=name)
-            if written and written.lower() != name.split("(", 1)[0].lower():
-                name = written + name[len(name.split("(", 1)[0]):]
-        base, n = name, suffix.get(name.lower(), 1)
-        while name.lower() in used or (name != base and name.lower() in written_aliases):
-            name = f"{base}_{n}"
-            n += 1
-        suffix[base.lower()] = n
-        used.add(name.lower())
+        name = output_name(it, sql, used, suffix, written_aliases)
         out.append(name)
     return out
 

@@ -64,8 +64,7 @@ class Session(SessionObject):
         settings = EngineSettings.from_dict({"kind": engine} if isinstance(engine, str) else engine)
         if not isinstance(debug, bool):
             raise ConfigError(f"debug must be True or False, got {debug!r}")
-        if debug:
-            settings = dataclasses.replace(settings, debug=True)
+        settings = dataclasses.replace(settings, debug=True) if debug else settings
         check_reachable(ledger, settings.kind, lock_timeout=lock_timeout)  # before a slow engine starts (Spark)
         self._engine: ExecutionBackend = make_backend(settings, connection, spark)
         self._has_connection = connection is not None

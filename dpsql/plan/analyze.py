@@ -27,6 +27,7 @@ from dpsql.plan.checks import (
     distinct_operand,
     is_aggregate,
     never_null_literal,
+    output_name,
     row_count,
     violation,
     written_name,
@@ -1147,21 +1148,7 @@ class _Builder:
         written_aliases = {it.alias.lower() for it in select_items if isinstance(it, exp.Alias)}  # never a renamed one's
         for it in select_items:
             inner = it.unalias()
-            if isinstance(it, exp.Alias):
-                name = it.alias
-            elif isinstance(inner, exp.Column):
-                name = inner.name
-            else:
-                name = inner.sql(dialect=DIALECT)
-                written = written_name(inner, self.sql, rendered=name)
-                if written and written.lower() != name.split("(", 1)[0].lower():  # VAR_SAMP(x) is named as written, not as sqlglot spells it (VARIANCE(x))
-                    name = written + name[len(name.split("(", 1)[0]):]
-            base, n = name, suffix.get(name.lower(), 1)
-            while name.lower() in used or (name != base and name.lower() in written_aliases):
-                name = f"{base}_{n}"
-                n += 1
-            suffix[base.lower()] = n
-            used.add(name.lower())
+            name = output_name(it, self.sql, used, suffix, written_aliases)
             key = None if any(is_aggregate(n) for n in spelled[len(outputs)].walk()) else key_by_sql.get(
                 _norm(spelled[len(outputs)])) if key_by_sql else None
             post = exp.column(key.name) if key is not None else self.to_post(inner, "SELECT", alias_map=alias_map)

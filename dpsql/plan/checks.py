@@ -172,6 +172,30 @@ def _written_call(sql: str, line: int, col: int) -> str:
     return ""
 
 
+def output_name(it: exp.Expression, sql: str, used: set[str], suffix: dict[str, int], written_aliases: set[str]) -> str:
+    """The name of output ``it`` of a SELECT: its alias; a column's name; else the expression as the query writes its
+    call (``var_samp(x)``, not sqlglot's ``VARIANCE(x)``). A name already ``used`` (lower case; the names taken only
+    grow) is numbered (``a``, ``a_1``), never onto an alias the query writes (``written_aliases``); ``suffix`` keeps the
+    next number to try for each name. Adds the name to ``used``."""
+    inner = it.unalias()
+    if isinstance(it, exp.Alias):
+        name = it.alias
+    elif isinstance(inner, exp.Column):
+        name = inner.name
+    else:
+        name = inner.sql(dialect=DIALECT)
+        written = written_name(inner, sql, rendered=name)
+        if written and written.lower() != name.split("(", 1)[0].lower():
+            name = written + name[len(name.split("(", 1)[0]):]
+    base, n = name, suffix.get(name.lower(), 1)
+    while name.lower() in used or (name != base and name.lower() in written_aliases):
+        name = f"{base}_{n}"
+        n += 1
+    suffix[base.lower()] = n
+    used.add(name.lower())
+    return name
+
+
 def written_name(
     node: exp.Expression, sql: str, *, at: tuple[int, int] | None = None, rendered: str | None = None
 ) -> str:
