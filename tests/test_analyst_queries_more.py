@@ -242,6 +242,17 @@ def test_a_quantile_mixed_within_one_output_or_grouped_is_refused(session: dpsql
     _refused(session, sql, PolicyError, *parts)
 
 
+def test_a_scalar_mix_with_order_by_or_limit_is_told_to_drop_them(session: dpsql.Session) -> None:
+    """Its one row needs no ORDER BY or LIMIT, and without them the same SELECT is answered: the hint says so (a
+    grouped query's does not: the fix there is the UNION ALL)."""
+    for sql in ("SELECT COUNT(*), MEDIAN(x) FROM t ORDER BY 1", "SELECT COUNT(*), MEDIAN(x) FROM t LIMIT 5"):
+        _refused(session, sql, PolicyError, "without ORDER BY, LIMIT")
+    with pytest.raises(PolicyError) as e:
+        session.explain("SELECT s, AVG(x), MEDIAN(x) FROM t GROUP BY s", epsilon=1.0, delta=1e-6)
+    assert "without ORDER BY" not in str(e.value)
+    assert session.explain("SELECT COUNT(*), MEDIAN(x) FROM t", epsilon=1.0, delta=1e-6) is not None
+
+
 def test_the_union_all_named_answers_a_quantile_and_a_count(session: dpsql.Session) -> None:
     before = session.remaining().epsilon
     r = session.query("SELECT COUNT(*) AS v FROM t UNION ALL SELECT median(x) FROM t", epsilon=1.0)

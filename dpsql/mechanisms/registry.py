@@ -523,15 +523,19 @@ def route(
     return _finish(base, mech, mech.calibrate(base, contribution(table, options, grouped=plan.is_grouped)), reason)
 
 
-def _mixed_quantiles(quantiles: list[str], others: list[str]) -> PolicyError:
-    """A quantile beside other aggregates: refused (free), naming both and the forms that answer them."""
+def _mixed_quantiles(quantiles: list[str], others: list[str], grouped: bool) -> PolicyError:
+    """A quantile beside other aggregates: refused (free), naming both and the forms that answer them. (A scalar
+    SELECT of both without ORDER BY, LIMIT, HAVING or DISTINCT never comes here: it is answered as two queries in one
+    request, ``dpsql.groupings``.)"""
     q, o = ", ".join(dict.fromkeys(quantiles)), ", ".join(dict.fromkeys(others))
     return PolicyError(
         f"a query mixes quantiles ({q}) with other aggregates ({o}); they are released by different mechanisms "
         "(the exponential mechanism over a grid, and noise added to sums)",
         hint=f"ask the quantiles and the other aggregates in separate queries, SELECT {q} FROM ... and SELECT {o} FROM "
              "... (each with the same FROM, WHERE and GROUP BY), or send both SELECTs as one request joined by UNION ALL "
-             "(one charge, the budget split between them)")
+             "(one charge, the budget split between them)" + ("" if grouped else
+             "; without ORDER BY, LIMIT, OFFSET, HAVING and DISTINCT, which its one row does not need, this SELECT is "
+             "answered as it is, as those two queries in one request"))
 
 
 def _route_quantile(base: Request, forced: str) -> Route:
@@ -543,7 +547,7 @@ def _route_quantile(base: Request, forced: str) -> Route:
                           f"mechanism, not by mechanism '{forced}'", hint="omit the mechanism option")
     others = [a.sql for a in plan.aggregates if a.kind not in ir.QUANTILE_KINDS]
     if others:
-        raise _mixed_quantiles([a.sql for a in plan.aggregates if a.kind in ir.QUANTILE_KINDS], others)
+        raise _mixed_quantiles([a.sql for a in plan.aggregates if a.kind in ir.QUANTILE_KINDS], others, plan.is_grouped)
     mech = REGISTRY[MechanismName.EXPONENTIAL]
     _check_applicable(mech, base.options)
     what = "scalar quantile" if not plan.keys else "quantile per public (declared) key, every key released"
@@ -831,7 +835,7 @@ def _route_lookup_one_table(
                               f"answered by the exponential mechanism, not by mechanism '{forced}'",
                               hint="omit the mechanism option")
         if others:
-            raise _mixed_quantiles(quantiles, others)
+            raise _mixed_quantiles(quantiles, others, bool(one.keys))
         name = MechanismName.EXPONENTIAL
         what = ("scalar quantile" if not one.keys else "quantile per public (declared) key, every key released") + \
                ": exponential mechanism over a public grid of the declared bounds (pure DP)"
