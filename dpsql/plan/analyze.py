@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import decimal
 import math
 import re
 from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 from sqlglot import exp
 
@@ -53,6 +55,7 @@ from dpsql.plan.typer import (
     parse_type,
     type_checked,
     type_distinct,
+    type_domain,
     type_key,
     type_predicate,
     type_value,
@@ -90,6 +93,84 @@ def exact_num(v: float) -> str:
     two close bounds never print as one)."""
     short = f"{v:g}"
     return short if float(short) == v else repr(float(v))
+
+
+#: the most values a WHERE's list may give a GROUP BY column as its public key set (:func:`listed_domain`)
+LISTED_KEYS_MAX = 10_000
+
+
+def _listed_literal(node: exp.Expression) -> tuple[str, Any] | None:
+    """A literal of a WHERE's list as (kind, value): ``("text", str)``, ``("number", its text)``, ``("bool", bool)``;
+    ``("null", None)`` for NULL (it matches no row); None for anything else."""
+    if isinstance(node, exp.Paren):
+        return _listed_literal(node.this)
+    if isinstance(node, exp.Null):
+        return ("null", None)
+    if isinstance(node, exp.Boolean):
+        return ("bool", bool(node.this))
+    if isinstance(node, exp.Literal):
+        return ("text", node.this) if node.is_string else ("number", node.this)
+    if isinstance(node, exp.Neg) and isinstance(node.this, exp.Literal) and not node.this.is_string:
+        return ("number", "-" + node.this.this)
+    return None
+
+
+def listed_domain(column: str, where: exp.Expression | None, column_type: str | None) -> tuple[Any, ...] | None:
+    """The public key set a WHERE gives a GROUP BY column without a declared domain: the values of its AND-ed
+    ``column IN (literals)`` and ``column = literal`` conditions (their intersection where there are several), typed
+    to the column as a declared domain is. Every row of the column outside them is filtered out by the WHERE itself,
+    so releasing every listed key (a noisy 0 for a key no row holds) reads nothing but the query's text. None where
+    there is no such condition, a literal is not of the column's kind (text for text, dates and timestamps, numbers
+    for numbers, booleans for BOOLEAN), or the list is longer than :data:`LISTED_KEYS_MAX`."""
+    if where is None or column_type is None:
+        return None
+    conjuncts, todo = [], [where]
+    while todo:
+        n = todo.pop()
+        if isinstance(n, exp.Paren):
+            todo.append(n.this)
+        elif isinstance(n, exp.And):
+            todo += [n.this, n.expression]
+        else:
+            conjuncts.append(n)
+
+    def names(x: exp.Expression) -> bool:
+        return isinstance(x, exp.Column) and x.name.lower() == column
+
+    t = parse_type(column_type)
+    kinds = {"varchar": "text", "date": "text", "timestamp": "text", "int": "number", "decimal": "number",
+             "float": "number", "bool": "bool"}
+    want = kinds.get(t.kind) if t.name != "FLOAT" else None  # (a FLOAT compares a listed double in single precision)
+    # a number is listed as the column's own value only in its own form: an integer for integers (9007199254740992e0
+    # is a double, which DuckDB compares a BIGINT with as a double), no exponent for decimals; checked exact below
+    form = {"int": r"-?[0-9]+", "decimal": r"-?[0-9]+(\.[0-9]+)?"}.get(t.kind)
+    found: tuple[Any, ...] | None = None
+    for c in conjuncts:
+        if isinstance(c, exp.In) and names(c.this) and not c.args.get("query") and not c.args.get("unnest") \
+                and not c.args.get("field"):
+            items = c.expressions
+        elif isinstance(c, exp.EQ) and (names(c.this) or names(c.expression)):
+            items = [c.expression if names(c.this) else c.this]
+        else:
+            continue
+        lits = [_listed_literal(x) for x in items]
+        if want is None or any(v is None or v[0] not in (want, "null") for v in lits) or (form is not None and any(
+                v is not None and v[0] == "number" and not re.fullmatch(form, v[1]) for v in lits)):
+            return None
+        values = list(dict.fromkeys(v[1] for v in lits if v is not None and v[0] != "null"))
+        if len(values) > LISTED_KEYS_MAX:
+            return None
+        try:
+            typed = type_domain(tuple(values), column_type, column)
+        except ValueError:  # two literals equal as the column's type ('1.0' and '1'), or a value it cannot hold
+            try:
+                typed = tuple(dict.fromkeys(type_domain((v,), column_type, column)[0] for v in values))
+            except ValueError:
+                return None
+        if t.kind == "decimal" and any(decimal.Decimal(v[1]) not in set(typed) for v in lits if v is not None and v[0] == "number"):
+            return None  # a value with more digits than the column's scale: no row holds it, DuckDB compares it wider
+        found = typed if found is None else tuple(v for v in found if v in set(typed))
+    return found
 
 
 def _norm(node: exp.Expression) -> str:
@@ -1126,6 +1207,9 @@ class _Builder:
             domain = None
             if isinstance(g, exp.Column):
                 domain = table.column(g.name.lower()).domain
+                if domain is None and g.name.lower() != self.unit and table.column(g.name.lower()).ordered is None:
+                    # the WHERE's list of the column's keys (a column with bins keeps them: DAWA's bins and labels)
+                    domain = listed_domain(g.name.lower(), where_expr, table.schema.get(g.name.lower()))
                 if g.name.lower() == self.unit and domain is None:
                     self.bad(g, f"GROUP BY the privacy unit '{g.name}' is refused: each group holds one person, so no group "
                                 "can pass the release threshold (nothing would be released, yet the query would be charged); "
