@@ -43,6 +43,21 @@ def test_the_key_count_still_refuses_more_combinations_than_released_for_free() 
     assert s.remaining() == Budget(1000.0, 1e-2) and s.history().num_rows == 0
 
 
+def test_a_date_range_too_long_to_list_names_its_length() -> None:
+    """A DATE column whose declared range holds more days than a grouped join releases was refused as 'neither a
+    column of a public table nor declared public ... declare a domain', though it declares its range (the CAST of it
+    said the limit): the refusal names the range's days and the limit, and a coarser key; nothing is spent."""
+    data = _data()
+    s = _session(data)
+    s.register("orders", data["orders"], references={"o_custkey": "customer.c_custkey"}, degree_bounds={"o_custkey": 4},
+               columns={"o_orderdate": {"bounds": ("0001-01-01", "2700-12-31"), "bin_width": "1 day"}})
+    with pytest.raises(dpsql.errors.PolicyError) as info:
+        s.explain(f"SELECT o.o_orderdate, COUNT(*) {_COL}GROUP BY 1", epsilon=5.0, delta=1e-5)
+    text = str(info.value)
+    assert "declared public" not in text and "100000" in text and "year(" in text, text
+    assert s.remaining() == Budget(1000.0, 1e-2)
+
+
 @pytest.mark.xfail(strict=True, reason="a date key's WHERE conditions filter the released days after the mechanism "
                    "(post-processing), so the count before the charge is of the whole declared range")
 def test_a_where_on_two_date_keys_narrows_what_is_counted() -> None:
