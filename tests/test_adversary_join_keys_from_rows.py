@@ -102,3 +102,20 @@ def test_a_date_key_and_its_filters_are_the_catalogs_whoever_is_added(where: str
     assert len({r[0] for r in ra}) == (365 if " OR " in where else 24)
     assert sum(abs(x[2] - y[2]) for x, y in zip(ra, rb, strict=True)) <= 28
     assert [r for r in ra if r[2]] == _truth(a, sql)
+
+
+def test_a_column_named_as_the_bounded_sqls_subquery_is_not_counted_as_read() -> None:
+    """A private table with a text column named ``__where`` (the name of the bounded SQL's filtered input): every
+    grouped join with a condition on one input was refused for free as reading it (3 text columns, more than a 2GB
+    memory_limit holds), though it reads two; it is answered. Negative control: naming the column reads it."""
+    data = _data()
+    items = data["lineitem"].append_column("__where", pa.array(["w"] * data["lineitem"].num_rows))
+    data["lineitem"] = items.append_column("tag", pa.array(["t"] * items.num_rows))
+    s = _session(data, memory_limit="2GB")
+    s.register("lineitem", data["lineitem"], references={"l_orderkey": "orders.o_orderkey"},
+               degree_bounds={"l_orderkey": 7}, columns={"l_shipmode": {"domain": ["MAIL", "SHIP"]}})
+    sql = ("SELECT l.l_shipmode, COUNT(*) AS n FROM orders o JOIN lineitem l ON o.o_orderkey = l.l_orderkey "
+           "WHERE l.tag = 't' GROUP BY 1 ORDER BY 1")
+    assert _rows(s.query(sql, epsilon=5.0, delta=1e-5).table) == _truth(data, sql)
+    with pytest.raises(dpsql.errors.ConfigError, match="text columns at once"):
+        s.query(sql.replace("l.tag = 't'", "l.tag = l.\"__where\""), epsilon=5.0, delta=1e-5)
