@@ -158,18 +158,20 @@ class Reads:
 
 def reads_of(ast: exp.Expression) -> Reads:
     """The columns ``ast`` may read (:class:`Reads`): a column is read only where its name is an
-    identifier of the query (a superset: a table's, an alias's or another source's column of that
-    name counts too), except where a column can be read without its name, which reads every
-    column: ``*`` other than ``COUNT(*)`` (``SELECT *``, ``t.*``, a function's ``*``),
-    ``COLUMNS(...)``, a NATURAL join, PIVOT / UNPIVOT, and a table or alias used as a column
-    (DuckDB reads it as a struct of every column)."""
+    identifier of the query (a superset: a table's, a column alias's or another source's column of that
+    name counts too; not a table alias's own name, which names a relation: a column named as the bounded
+    SQL's subqueries are, ``__where``, is not read by every query that has one), except where a column
+    can be read without its name, which reads every column: ``*`` other than ``COUNT(*)`` (``SELECT *``,
+    ``t.*``, a function's ``*``), ``COLUMNS(...)``, a NATURAL join, PIVOT / UNPIVOT, and a table or alias
+    used as a column (DuckDB reads it as a struct of every column)."""
     names: set[str] = set()
     relations: set[str] = set()
     columns: set[str] = set()
     strings: list[str] = []
     for node in ast.walk():
         if isinstance(node, exp.Identifier):
-            names.add(node.name.lower())
+            if not (isinstance(node.parent, exp.TableAlias) and node.arg_key == "this"):
+                names.add(node.name.lower())
         elif isinstance(node, exp.Literal):
             if node.is_string:
                 strings.append(node.name)

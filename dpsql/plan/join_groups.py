@@ -186,6 +186,13 @@ def _key(g: exp.Expression, tables: Mapping[str, TableSpec], resolve: Callable[[
     msg = (f"GROUP BY {quoted(col)}: '{t.name}.{column}' is neither a column of a public table nor declared "
            f"public, so its keys would reveal private values (hint: declare columns={{'{column}': {{'domain': [...]}}}} on "
            f"table '{t.name}', or join a public table and group by its column)")
+    o = spec.ordered
+    lo, hi = (day_of(o.lo), day_of(o.hi)) if o is not None and o.kind == "date" else (None, None)
+    if typ.upper() == "DATE" and lo is not None and hi is not None and (hi - lo).days >= MAX_GROUPS:
+        # a declared date range with more days than a grouped join releases: said as such (the catalog's, no row)
+        msg = (f"GROUP BY {quoted(col)}: the declared range of '{t.name}.{column}' holds {(hi - lo).days + 1} days, more "
+               f"than the {MAX_GROUPS} groups a grouped join releases (hint: group by a coarser key of it, e.g. "
+               f"year({quoted(col)}), or declare a shorter range on table '{t.name}')")
     if private is None:
         policy(g, msg)
         return None

@@ -6,8 +6,8 @@
   NULL included when the table holds one (SQL's NULL group; a tuple's key matches the set's NULL-safely).
   A derived key's set over its columns' public values, a long run of consecutive integers or days among them
   counted out from crossed decimal digits rather than listed. The product of the keys' sets when there are
-  several, the plain columns of one public table read together as its rows' combinations (its size bounded first:
-  :func:`key_set_sizes` counts each set alone, before the charge).
+  several, the plain columns of one public table read together as its rows' combinations (its size known first:
+  :func:`key_set_sizes` counts each crossed set alone, those combinations as one, before the charge).
 * :func:`clipped_groups` (one person per tuple): per owner and group the sum of the tuple values
   (per part the exact integer sum of the weights, converted once: the same bits in any order), each
   owner's vector clipped in L2 to the public bound C (scaled by min(1, C/norm)); tuples whose owner
@@ -182,18 +182,9 @@ def _derived_set(k: ir.JoinKey, jp: ir.JoinPlan, catalog: Mapping[str, TableSpec
     return q
 
 
-def key_set_sizes(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec]) -> exp.Select:
-    """One row: ``__n<i>``, the number of keys of each key's set, each counted alone (public rows only), so that the
-    size of their product is known without building it."""
-    counts = [exp.alias_(exp.select(exp.func("count", exp.Star())).from_(_key_set(k, jp, catalog).subquery(f"__s{i}"))
-                         .subquery(), f"__n{i}") for i, k in enumerate(jp.keys)]
-    return exp.select(*counts)
-
-
-def key_set(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec]) -> exp.Select:
-    """``__dom``: every key combination and its index ``__gid`` (module docstring)."""
-    names = [k.name for k in jp.keys]
-    # the plain columns of one public table are read together (its rows' combinations); every other key alone
+def _parts(jp: ir.JoinPlan) -> list[list[ir.JoinKey]]:
+    """The keys whose sets are crossed: the plain columns of one public table together (its rows' combinations), every
+    other key alone."""
     parts: list[list[ir.JoinKey]] = []
     together: dict[str, list[ir.JoinKey]] = {}
     for k in jp.keys:
@@ -203,8 +194,29 @@ def key_set(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec]) -> exp.Select:
         parts.append([k])
         if k.kind == "public":
             together[k.alias] = parts[-1]
+    return parts
+
+
+def _part_set(part: Sequence[ir.JoinKey], jp: ir.JoinPlan, catalog: Mapping[str, TableSpec]) -> exp.Select:
+    return _public_set(part, jp, catalog) if len(part) > 1 else _key_set(part[0], jp, catalog)
+
+
+def key_set_sizes(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec]) -> exp.Select:
+    """One row: ``__n<i>``, the number of keys of each crossed set (:func:`_parts`: one public table's columns counted
+    as its rows' combinations, as :func:`key_set` builds them), each counted alone (public rows only), so that the size
+    of their product is known without building it."""
+    counts = [exp.alias_(exp.select(exp.func("count", exp.Star())).from_(_part_set(p, jp, catalog).subquery(f"__s{i}"))
+                         .subquery(), f"__n{i}") for i, p in enumerate(_parts(jp))]
+    return exp.select(*counts)
+
+
+def key_set(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec]) -> exp.Select:
+    """``__dom``: every key combination and its index ``__gid`` (module docstring)."""
+    names = [k.name for k in jp.keys]
+    # the plain columns of one public table are read together (its rows' combinations); every other key alone
+    parts = _parts(jp)
     where = {k.name: j for j, part in enumerate(parts) for k in part}
-    sets = [_public_set(part, jp, catalog) if len(part) > 1 else _key_set(part[0], jp, catalog) for part in parts]
+    sets = [_part_set(part, jp, catalog) for part in parts]
     q = exp.select(*[_col(f"__d{where[n]}.{n}") for n in names]).from_(sets[0].subquery("__d0"))
     for j, part_set in enumerate(sets[1:], start=1):
         q = q.join(part_set.subquery(f"__d{j}"), join_type="cross")
