@@ -516,11 +516,18 @@ def route(
         # rule 4: scalar aggregates and public keys
         name = MechanismName(forced) if forced != "auto" else (MechanismName.GAUSSIAN if delta > 0 else MechanismName.LAPLACE)
         mech = REGISTRY[name]
-        what = "scalar aggregate" if not plan.keys else "GROUP BY over public (declared) keys, every key released"
+        what = "scalar aggregate" if not plan.keys else f"GROUP BY over {_public_keys(plan, 'keys')}, every key released"
         why = "delta > 0" if name == MechanismName.GAUSSIAN else "delta = 0 (pure DP)"
         reason = f"{what}: {name} mechanism ({why})"
     _check_applicable(mech, options)
     return _finish(base, mech, mech.calibrate(base, contribution(table, options, grouped=plan.is_grouped)), reason)
+
+
+def _public_keys(plan: ir.QueryPlan, noun: str) -> str:
+    """Where a public GROUP BY's keys come from, for explain: declared domains, or the WHERE's list of a column's values."""
+    listed = [k.sql for k in plan.keys if k.listed]
+    return f"public (declared) {noun}" if not listed else \
+        f"public {noun} (declared, or the values the WHERE lists: {', '.join(listed)})"
 
 
 def _mixed_quantiles(quantiles: list[str], others: list[str], grouped: bool) -> PolicyError:
@@ -550,7 +557,7 @@ def _route_quantile(base: Request, forced: str) -> Route:
         raise _mixed_quantiles([a.sql for a in plan.aggregates if a.kind in ir.QUANTILE_KINDS], others, plan.is_grouped)
     mech = REGISTRY[MechanismName.EXPONENTIAL]
     _check_applicable(mech, base.options)
-    what = "scalar quantile" if not plan.keys else "quantile per public (declared) key, every key released"
+    what = "scalar quantile" if not plan.keys else f"quantile per {_public_keys(plan, 'key')}, every key released"
     cal = mech.calibrate(base, contribution(base.table, base.options, grouped=plan.is_grouped))
     return _finish(base, mech, cal, f"{what}: exponential mechanism over a public grid of the declared bounds (pure DP)")
 

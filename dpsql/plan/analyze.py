@@ -1204,12 +1204,17 @@ class _Builder:
             if s in key_sqls:
                 continue
             key_sqls.add(s)
-            domain = None
+            domain, listed = None, False
             if isinstance(g, exp.Column):
                 domain = table.column(g.name.lower()).domain
                 if domain is None and g.name.lower() != self.unit and table.column(g.name.lower()).ordered is None:
                     # the WHERE's list of the column's keys (a column with bins keeps them: DAWA's bins and labels)
                     domain = listed_domain(g.name.lower(), where_expr, table.schema.get(g.name.lower()))
+                    listed = domain is not None
+                    if domain == ():
+                        self.bad(g, f"the WHERE lists no value of '{g.name}' a row can hold (its lists share none, or "
+                                    "list only NULL, which matches no row): the release would have no row whatever the "
+                                    "data, and be charged for nothing; nothing was charged")
                 if g.name.lower() == self.unit and domain is None:
                     self.bad(g, f"GROUP BY the privacy unit '{g.name}' is refused: each group holds one person, so no group "
                                 "can pass the release threshold (nothing would be released, yet the query would be charged); "
@@ -1219,7 +1224,7 @@ class _Builder:
             for c in stripped.find_all(exp.Column):
                 c.set("table", None)
             lower_columns(stripped)
-            self.keys.append(ir.GroupKey(stripped, f"__k{len(self.keys)}", s, domain))
+            self.keys.append(ir.GroupKey(stripped, f"__k{len(self.keys)}", s, domain, listed))
 
         # outputs ---------------------------------------------------------------------
         outputs: list[ir.OutputColumn] = []

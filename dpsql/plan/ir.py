@@ -70,6 +70,7 @@ class GroupKey:
     name: str  # internal name "__k0"
     sql: str
     domain: tuple[Any, ...] | None = None  # public key domain if declared for a plain column
+    listed: bool = False  # the domain is the WHERE's list of the column's values (``analyze.listed_domain``)
 
 
 @dataclass
