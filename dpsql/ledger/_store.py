@@ -1407,9 +1407,10 @@ class Ledger:
             raise _not_regular(p, st, t.unchanged)
         if st is not None and not _duckdb_header(p):  # a Parquet or text file: refused before the queue, too
             raise _not_duckdb(p, st.st_size == 0)
-        tail = _queue_tail(p)
+        real = _real_path(p)  # the queue's directory, resolved once (a lstat per component)
+        tail = None if real is None else _queue_tail(real)
         had_tail = tail is None or os.path.lexists(tail)
-        slot = _queue_enter(p, deadline)  # fairness only: first come, first served
+        slot = None if real is None else _queue_enter(real, deadline)  # fairness only: first come, first served
         try:
             key, fd = _lock_file(p, deadline, p, t.unchanged, started)  # the exclusion
             try:
@@ -1944,12 +1945,17 @@ def _not_duckdb(p: str, empty: bool) -> LedgerError:
     )
 
 
-def _queue_tail(p: str) -> str | None:
-    """The queue's tail file ``.<name>.queue`` beside the ledger ``p`` (None when its directory cannot be told)."""
+def _real_path(p: str) -> str | None:
+    """``p`` resolved (None when it cannot be: the queue is then skipped, the inode flock alone excludes)."""
     try:
-        d, name = os.path.split(os.path.realpath(p))
+        return os.path.realpath(p)
     except OSError:
         return None
+
+
+def _queue_tail(real: str) -> str:
+    """The queue's tail file ``.<name>.queue`` beside the ledger whose resolved path is ``real``."""
+    d, name = os.path.split(real)
     return os.path.join(d, f".{name}.queue")
 
 
@@ -2086,8 +2092,9 @@ def _close_other(fd: int) -> bool:
     return True
 
 
-def _queue_enter(p: str, deadline: float, tries: int = 3) -> tuple[int, str] | None:
-    d, name = os.path.split(os.path.realpath(p))
+def _queue_enter(real: str, deadline: float, tries: int = 3) -> tuple[int, str] | None:
+    """Enter the waiting queue beside the ledger whose resolved path is ``real``."""
+    d, name = os.path.split(real)
     mine = os.path.join(d, f".{name}.q-{os.getpid()}-{next(_state().aliases)}-{random.getrandbits(32):08x}")
     try:
         my_fd = _open_other(mine, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)  # others may lock it to test it
@@ -2100,7 +2107,7 @@ def _queue_enter(p: str, deadline: float, tries: int = 3) -> tuple[int, str] | N
         # it for a dead waiter's slot before this process locked it; if the sweep removed it, start again
         if not _poll_flock(my_fd, fcntl.LOCK_EX, deadline) or not names_file(mine, my_fd):
             _queue_leave(slot)
-            return _queue_enter(p, deadline, tries - 1) if tries > 1 and time.monotonic() < deadline else None
+            return _queue_enter(real, deadline, tries - 1) if tries > 1 and time.monotonic() < deadline else None
         tail_fd = _open_other(os.path.join(d, f".{name}.queue"), os.O_RDWR | os.O_CREAT, 0o644)
         try:
             # held by others for a read and a write only, but a process frozen inside them (SIGSTOP, a
