@@ -273,7 +273,17 @@ EXTENDED = {
         "the same file's zero-noise releases of derived keys on both engines, and the counted-out ranges on DuckDB "
         "(test_adversary_join_group_expressions.py)",
     "test_hostile_fuzz.py::test_outcomes_do_not_depend_on_one_user[1]":
-        "the other half of the same generated expressions and the whole corpus ([0])",
+        "the other half of the same corpus and generated expressions ([0])",
+    **{f"test_cli_signal_after_charge.py::{t}": f"the same signal at the same place with {twin}" for t, twin in (
+        ("test_a_signal_while_the_answer_is_written_keeps_the_release[out1-SIGTERM]", "SIGINT ([out1-SIGINT]), and "
+         "SIGTERM on stdout ([out0-SIGTERM])"),
+        ("test_ctrl_c_while_the_ledger_records_the_release_keeps_the_answer[out0-workload]", "the answer written to a "
+         "file ([out1-workload]), and on stdout for a query ([out0-query])"),
+        ("test_ctrl_c_while_the_ledger_records_the_release_keeps_the_answer[out0-rollup]", "the answer written to a "
+         "file ([out1-rollup]), and on stdout for a query ([out0-query])"),
+        ("test_a_signal_while_charged_caps_advice_is_written_keeps_it[SIGTERM]", "SIGINT ([SIGINT])"),
+        ("test_a_second_signal_while_the_release_is_saved_waits_for_the_save[SIGTERM]", "SIGINT ([SIGINT])"),
+        ("test_a_signal_before_the_charge_keeps_nothing[SIGTERM]", "SIGINT ([SIGINT])"))},
     "test_adversary_round47.py::test_arithmetic_over_unsigned_huge_and_scaled_decimal_extremes_is_answered_alike_on_"
     "neighbours[1]": "the other half of the same queries ([0])",
     "test_ledger_postgres_interrupts.py::test_ctrl_c_at_any_point_of_an_operation_leaves_the_ledger_whole[":
