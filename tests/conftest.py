@@ -286,6 +286,23 @@ EXTENDED = {
         ("test_a_signal_before_the_charge_keeps_nothing[SIGTERM]", "SIGINT ([SIGINT])"))},
     "test_adversary_round47.py::test_arithmetic_over_unsigned_huge_and_scaled_decimal_extremes_is_answered_alike_on_"
     "neighbours[1]": "the other half of the same queries ([0])",
+    **{f"test_adversary_dictionary_text.py::test_one_persons_repeated_text_as_a_group_key_answers_on_both_neighbours"
+       f"[SELECT note, {q}-nested_]": "the same query over a flat column ([...-]), and the nested column under the query "
+       "of three aggregates ([SELECT note, COUNT(uid), COUNT(DISTINCT ...)...-nested_])"
+       for q in ("COUNT(*) FROM t GROUP BY note-1", "COUNT(uid) FROM t GROUP BY note-3",
+                 "COUNT(DISTINCT uid % 5) FROM t GROUP BY note-3")},
+    "test_adversary_collation.py::test_where_is_binary_whatever_the_owner_collation[noaccent.nocase-None]":
+        "another database default collation ([nocase-None]) and a column collation ([None-NOCASE])",
+    "test_adversary_round46.py::test_parts_release_what_the_condition_read_after_the_join_releases[NOCASE]":
+        "the same parts without a collation ([None]); WHERE under NOCASE: test_adversary_collation.py",
+    "test_adversary_round43.py::test_a_lookup_join_reading_the_key_as_a_key_answers_with_one_persons_long_code[sql1-":
+        "the same test's other queries over the lookup join and on one table",
+    "test_adversary_round43.py::test_a_lookup_join_reading_the_key_as_a_key_answers_with_one_persons_long_code[sql3-":
+        "the same test's other queries over the lookup join and on one table",
+    "test_s4s_vector_fp.py::test_the_largest_key_count_at_delta_1e_7[0.25-":
+        "the same bound at another epsilon ([1.0-...])",
+    "test_text_keys_over_rows.py::test_the_group_cap_over_rows_spills_under_a_small_memory_limit[3]":
+        "the same spill on one thread ([1])",
     "test_ledger_postgres_interrupts.py::test_ctrl_c_at_any_point_of_an_operation_leaves_the_ledger_whole[":
         "(all but [commit]) the commit's sweep, and every operation's on the DuckDB ledger (test_interrupts.py)",
 }
