@@ -305,6 +305,42 @@ EXTENDED = {
         "the same spill on one thread ([1])",
     "test_ledger_postgres_interrupts.py::test_ctrl_c_at_any_point_of_an_operation_leaves_the_ledger_whole[":
         "(all but [commit]) the commit's sweep, and every operation's on the DuckDB ledger (test_interrupts.py)",
+    "test_dawa_privacy.py::test_stage1_log_ratio_within_epsilon1[flat-vs-bump-":
+        "the same bound for each configuration on the other flat histogram with one bin raised by one "
+        "([zero-vs-e4-...], beside the negative control's pair) and on a step ([step-vs-lower-...])",
+    **{f"test_join_neighbour_fuzz.py::test_removing_one_person_keeps_every_truncated_quantity_within_its_bound[{seed}]":
+       f"the same check on the seeds {twins} (and the other seeds of both kinds)"
+       for seed, twins in ((16, "14 (plain keys)"), (19, "3 and 15 (hostile text keys)"))},
+    **{f"test_sources.py::test_property_hostile_source_bytes_never_fail_and_neighbours_agree[{seed}]":
+       "the same generated hostile cells on seeds 0 to 2 ([0], [1], [2])" for seed in (3, 4, 5)},
+    **{f"test_neighbour_fuzz.py::test_neighbours_salted[{seed}]": f"the same check on seed {twin}, which reaches the "
+       f"same mechanism ({mechanism}); every seed's mechanism: test_seeds_cover_every_mechanism"
+       for seed, twin, mechanism in ((20261261, 20261254, "gaussian"), (20261280, 20261254, "gaussian"),
+                                     (20261218, 20261236, "laplace"), (20261225, 20261236, "laplace"),
+                                     (20261276, 20261236, "laplace"), (20261205, 20261215, "sparse histogram"),
+                                     (20261206, 20261215, "sparse histogram"), (20261221, 20261215, "sparse histogram"),
+                                     (20261208, 20261201, "exponential"), (20261267, 20261201, "exponential"),
+                                     (20261210, 20261209, "dawa"), (20261211, 20261209, "dawa"))},
+    "test_adversary_dictionary_text.py::test_one_persons_repeated_text_key_with_two_rows_answers_on_both_neighbours"
+    "[SELECT note, COUNT(DISTINCT uid % 5) FROM t GROUP BY note-nested_]": "the same query over a flat column ([...-]), "
+    "and the nested column under COUNT(uid) ([SELECT note, COUNT(uid) FROM t GROUP BY note-nested_])",
+    **{f"test_adversary_dictionary_text.py::test_arrow_view_count_distinct_of_one_persons_repeated_text_answers_on_both_"
+       f"neighbours[SELECT uid % 3 AS r, COUNT(DISTINCT (note, uid % 2)) FROM t GROUP BY uid % 3-{k}]":
+       f"the same query at k = 1 ([...-1]), and k = {k} on the Arrow view under COUNT(DISTINCT note) and "
+       f"COUNT(DISTINCT lower(note)) ([...-{k}])" for k in (2, 3)},
+    **{f"test_adversary_scan_statistics.py::test_join_shapes_whose_sizes_one_person_makes_cross_keep_their_plan"
+       f"[{shape}-table]": f"the same shape over Parquet ([{shape}-parquet]), the group and path shapes over tables "
+       "([group-table], [path-table]) and the three-table joins of test_three_table_join_plans_on_duckdb_tables_do_not_"
+       "depend_on_one_person" for shape in ("chain4", "star")},
+    "test_adversary_join_spread.py::test_numeric_keys_spelled_apart_match_alike[SELECT SUM(b.v) FROM a JOIN b ON a.k = b.k-":
+        "each spelling over the same join under COUNT(*) ([SELECT COUNT(*) FROM a JOIN b ON a.k = b.k-...]), which "
+        "checks the same number of joined rows",
+    **{f"test_cli_signal_at_charge.py::test_a_signal_between_the_charge_and_the_read_names_the_reserved_entry"
+       f"[charged-{sig}": f"{sig} at the other point ([charge_commit-{sig}-...]), and SIGINT at this point "
+       "([charged-SIGINT-...])" for sig in ("SIGTERM", "SIGHUP")},
+    "test_adversary_round44.py::test_removing_a_person_moves_the_groups_within_the_caps[7-SELECT note, n2,":
+        "the ordinary person under the same caps with one key ([7-SELECT note, COUNT(*) ...-capsN]), and the person "
+        "of one hash with two keys ([1000000-SELECT note, n2, ...-capsN])",
 }
 
 
