@@ -166,7 +166,8 @@ def test_the_settings_probe_runs_with_extension_autoloading_off(monkeypatch: pyt
 def test_the_engines_own_connection_starts_and_binds_in_few_calls(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every call on a DuckDB connection costs its own round trip: the engine's own connection gets its settings in
     one call of all its SET statements (before: one call each, about 20) and finds the settings it pins with
-    ``current_setting`` (not ``duckdb_settings()``, which computes every setting); a bind check of a bounded query
+    ``current_setting`` (not ``duckdb_settings()``, which computes every setting), in the call that reads its
+    memory_limit; a bind check of a bounded query
     is one statement (``DESCRIBE`` and the query's text, rendered once), executed directly, not through a relation
     (``sql``) that binds it once more before running it. The settings and the described types are the same."""
     import duckdb
@@ -179,7 +180,7 @@ def test_the_engines_own_connection_starts_and_binds_in_few_calls(monkeypatch: p
     monkeypatch.setattr(engine_duckdb.duckdb, "connect", lambda *a, **k: _CallsCounted(connect(*a, **k), calls))
     backend = DuckDBBackend(None)
     try:
-        assert calls.count("execute") + calls.count("sql") <= 3, calls  # which settings exist, memory_limit, the SETs
+        assert calls.count("execute") + calls.count("sql") <= 2, calls  # which settings exist and memory_limit; the SETs
         assert backend._icu and backend._follower  # the settings it pins and reads are found (current_setting)
         assert not any("duckdb_settings" in t for t in _CallsCounted.texts), _CallsCounted.texts  # ~6 ms a call
         shown = dict(backend._con.execute(

@@ -88,6 +88,27 @@ def test_an_operation_reads_ledger_meta_once(led: Ledger, op: str, monkeypatch: 
     assert not any("ORDER BY" in s for s in log), log  # the newest total is picked in Python
 
 
+def test_an_in_memory_ledger_is_created_in_few_statements(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new in-memory ledger's catalog was attached just now under a name of its own: it is not asked for its tables
+    (a file ledger's is, in case another process created one meanwhile), and the schema and the read of the version it
+    declares are one call. Every Session without a ledger file creates one."""
+    log: list[str] = []
+    memory = _store._state().memory
+    if memory is None:
+        Ledger.create(None, Budget(1.0, 0.0)).close()
+        memory = _store._state().memory
+    with monkeypatch.context() as m:
+        m.setattr(_store._state(), "memory", _Counting(memory, log))
+        led = Ledger.create(None, Budget(3.0, 1e-4))
+    try:
+        assert not any("duckdb_tables" in s for s in log), log
+        # ATTACH, USE, BEGIN, the schema and its version, the identity rows, the first total, COMMIT
+        assert len(log) == 7, log
+        assert led.total() == Budget(3.0, 1e-4) and led.remaining() == Budget(3.0, 1e-4)
+    finally:
+        led.close()
+
+
 def test_one_operation_resolves_the_path_and_reads_each_marker_once(
     led: Ledger, monkeypatch: pytest.MonkeyPatch
 ) -> None:

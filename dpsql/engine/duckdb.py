@@ -138,6 +138,8 @@ _BUSY_WAIT = 10.0
 _TEXT_TYPES = re.compile(r"\b(?:VARCHAR|BLOB|JSON|BIT|GEOMETRY)\b")
 #: the connection's memory_limit in bytes (NULL where DuckDB shows it in a form it does not parse back)
 _LIMIT_BYTES = "SELECT TRY(parse_formatted_bytes(current_setting('memory_limit')))::BIGINT"
+#: a value a statement did not read (``DuckDBBackend._settings_known``)
+_UNREAD = object()
 #: a setting DuckDB shows from another's value (a 15th of memory_limit, unless set), more finely (``_restore``)
 _FOLLOWER = ("memory_limit", "write_buffer_row_group_memory_limit")
 #: settings a connection may hold for its session over the global value (SET SESSION), which a plain SET (global) leaves
@@ -340,11 +342,12 @@ class DuckDBBackend:
         self._reads_of: tuple[exp.Expression | None, native.Reads | None] = (None, None)  # check_text_columns' last
         # DuckDB's ICU (when loaded) spells a TIMESTAMPTZ in the connection's Calendar (pinned: _limits)
         with self._lock:
-            known = self._settings_known(("Calendar", _FOLLOWER[1]))
+            known, shown = self._settings_known(("Calendar", _FOLLOWER[1]))
             self._icu, self._follower = "Calendar" in known, _FOLLOWER[1] in known
             # the threads of a private read: memory_limit must hold a vector of the longest texts per thread
             try:
-                self._threads = self._read_threads(self._con.sql(_LIMIT_BYTES).fetchall()[0][0])
+                self._threads = self._read_threads(
+                    self._con.sql(_LIMIT_BYTES).fetchall()[0][0] if shown is _UNREAD else shown)
             except ConfigError:
                 if self._owned:
                     self._con.close()
@@ -363,22 +366,26 @@ class DuckDBBackend:
                 # here rather than around every private read (three statements a query)
                 f"SET disabled_optimizers = {_sql_str(', '.join(STATISTICS_OPTIMIZERS))}"]))
 
-    def _settings_known(self, names: tuple[str, ...]) -> set[str]:
-        """Which of the settings ``names`` the connection has. ``duckdb_settings()`` computes every setting's value
-        (about 6 ms a call); on the engine's own connection the usual case, all of them, is asked first of
-        ``current_setting`` (a statement that fails where one is missing, which on a caller's connection would abort
-        the caller's transaction), and ``duckdb_settings()`` answers only where it fails. Extension autoloading and
-        autoinstalling are turned off first, in the same call (``_limits`` sets them so again): on a DuckDB build
-        without ICU linked in, naming ICU's ``Calendar`` setting could otherwise load, or fetch, the extension."""
+    def _settings_known(self, names: tuple[str, ...]) -> tuple[set[str], Any]:
+        """Which of the settings ``names`` the connection has, and the connection's ``memory_limit`` in bytes as
+        :data:`_LIMIT_BYTES` reads it where the same statement read it (else :data:`_UNREAD`).
+        ``duckdb_settings()`` computes every setting's value (about 6 ms a call); on the engine's own connection the
+        usual case, all of them, is asked first of ``current_setting`` (a statement that fails where one is missing,
+        which on a caller's connection would abort the caller's transaction), together with the memory limit, and
+        ``duckdb_settings()`` answers only where it fails. Extension autoloading and autoinstalling are turned off
+        first, in the same call (``_limits`` sets them so again): on a DuckDB build without ICU linked in, naming
+        ICU's ``Calendar`` setting could otherwise load, or fetch, the extension."""
         if self._owned:
             try:
-                self._con.execute("SET autoinstall_known_extensions = false; SET autoload_known_extensions = false; "
-                                  "SELECT " + ", ".join(f"current_setting({_sql_str(n)})" for n in names)).fetchall()
-                return set(names)
+                row = self._con.execute(
+                    "SET autoinstall_known_extensions = false; SET autoload_known_extensions = false; SELECT "
+                    + ", ".join([*(f"current_setting({_sql_str(n)})" for n in names), _LIMIT_BYTES[len("SELECT "):]])
+                ).fetchall()[0]
+                return set(names), row[-1]
             except duckdb.Error:
                 pass
         return {r[0] for r in self._con.execute(
-            f"SELECT name FROM duckdb_settings() WHERE name IN ({', '.join(_sql_str(n) for n in names)})").fetchall()}
+            f"SELECT name FROM duckdb_settings() WHERE name IN ({', '.join(_sql_str(n) for n in names)})").fetchall()}, _UNREAD
 
     def render(self, ast: exp.Expression, *, pretty: bool = False) -> str:
         """SQL text of ``ast`` for DuckDB, rendered strictly (``dpsql.rewrite.render``)."""

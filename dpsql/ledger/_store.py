@@ -591,7 +591,7 @@ class Ledger:
         if ledger.path is None:
             ledger._mem = _memory_catalog(ledger)
             with ledger._txn(write=True, creating=True) as (con, _):
-                ledger._init_schema(con, total, generation=1)
+                ledger._init_schema(con, total, generation=1, fresh=True)
             return ledger
         ledger._create_file(total)
         return ledger
@@ -1093,9 +1093,11 @@ class Ledger:
 
     def _init_schema(
         self, con: duckdb.DuckDBPyConnection, total: Budget, *, generation: int, ledger_id: str | None = None,
-        created_over: str = "",
+        created_over: str = "", fresh: bool = False,
     ) -> None:
-        tables = con.execute(
+        """Create the schema and the first rows in ``con``'s database. ``fresh``: a catalog this process attached just
+        now under a name of its own (an in-memory ledger's), which holds no table: not asked for its tables."""
+        tables = [] if fresh else con.execute(
             "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database()"
         ).fetchall()
         if tables:
@@ -1109,8 +1111,8 @@ class Ledger:
                 f"cannot create a ledger at {self._where()}: it is a DuckDB database with other tables",
                 hint="choose a new path for the ledger",
             )
-        con.execute(schema_sql())
-        got = _first(con.execute("SELECT value FROM ledger_meta WHERE key = 'schema_version'").fetchall())
+        # the DDL and the read of the version it declares in one call (a script's result is its last statement's)
+        got = _first(con.execute(schema_sql() + "\nSELECT value FROM ledger_meta WHERE key = 'schema_version'").fetchall())
         if got is None or got[0] != str(SCHEMA_VERSION):  # pragma: no cover - packaging error
             raise LedgerError(
                 f"the packaged ledger schema declares version {got and got[0]!r}, but the code expects "
