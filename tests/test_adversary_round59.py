@@ -101,3 +101,42 @@ def test_two_column_range_with_kept_rows_and_columns_read_transposed(grid: dpsql
                    epsilon=5.0, options={"reuse": "synopsis"})
     assert r.reused and r.table.column(0)[0].as_py() == made[0]
     assert grid.remaining() == left
+
+
+# -- keys listed by the WHERE, under ROLLUP, on a caller's NOCASE column ---------------------------------------------
+
+def _listed_rollup(extra: str) -> tuple[list[tuple], str]:
+    import re
+
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t(uid INTEGER, cc VARCHAR COLLATE NOCASE)")
+    con.execute("INSERT INTO t SELECT i, ['FR', 'DE', 'IT'][i % 3 + 1] FROM range(30) r(i)")
+    if extra:
+        con.execute(f"INSERT INTO t VALUES {extra}")
+    s = dpsql.Session(budget=dpsql.Budget(100.0, 1e-3), connection=con)
+    s.register("t", "t", privacy_unit="uid")
+    use_noise(s, zero_noise())
+    sql = "SELECT cc, COUNT(*) AS n FROM t WHERE cc IN ('FR', 'DE') GROUP BY ROLLUP(cc) ORDER BY cc"
+    try:
+        plan = re.sub(r"_dpsql_src_\w+", "SRC", str(s.explain(sql, epsilon=1.0, delta=1e-6)))
+        rows = [(r["cc"], r["n"]) for r in s.query(sql, epsilon=1.0, delta=1e-6).table.to_pylist()]
+    finally:
+        s.close()
+    return rows, plan
+
+
+def test_listed_keys_under_rollup_on_a_nocase_column_ignore_one_persons_other_spellings() -> None:
+    """Neighbours: one more person whose many rows spell a listed key in another case ('fr', 'De') or pad it ('FR ').
+    The released keys and the plan are the query's text (the ROLLUP's total too), and no count moves: the NOCASE
+    collation of the caller's column neither merges those rows into a listed key nor adds a key. The negative
+    control: the same person spelling 'FR' exactly moves FR and the total by one (one group per person)."""
+    base, plan = _listed_rollup("")
+    assert base == [("DE", 10), ("FR", 10), (None, 20)]
+    hostile = ", ".join(f"(999, '{v}')" for v in ["fr", "De", "FR ", "fR"] * 25)
+    rows, other_plan = _listed_rollup(hostile)
+    assert rows == base and other_plan == plan
+    control, control_plan = _listed_rollup("(999, 'FR')")
+    assert control_plan == plan
+    assert control == [("DE", 10), ("FR", 11), (None, 21)]
