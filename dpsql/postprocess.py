@@ -450,11 +450,14 @@ def _check_on_keys(backend: _Runs, plan: ir.QueryPlan, aggregate_types: dict[str
             listed = {k.name: list(dict.fromkeys(key_domain.column(k.name).to_pylist())) for k in plan.keys}
             domains = "; ".join(f"{k.sql}: {', '.join(repr(v) if isinstance(v, str) else str(v) for v in listed[k.name][:5])}"
                                 + (", ..." if len(listed[k.name]) > 5 else "") for k in plan.keys)
+            # keys the WHERE lists (analyze.listed_domain) are not declared: named as the query gave them
+            which = ("listed" if all(k.listed for k in plan.keys) else "listed or declared") if any(
+                k.listed for k in plan.keys) else "declared"
             raise UnsupportedQueryError(
-                f"the conditions on the GROUP BY keys (in WHERE, or in HAVING alone) exclude every declared key ({domains}), so the release "
+                f"the conditions on the GROUP BY keys (in WHERE, or in HAVING alone) exclude every {which} key ({domains}), so the release "
                 "would have no row whatever the data, and be charged for nothing; nothing was charged",
-                hint="check the conditions against the declared domains (explain lists the keys); a row whose key is "
-                "not declared is in no group: group by an expression of the column, e.g. COALESCE(c, 'none'), to "
+                hint=f"check the conditions against the {which} keys (explain lists them); a row whose key is "
+                f"not {which} is in no group: group by an expression of the column, e.g. COALESCE(c, 'none'), to "
                 "count such rows (its keys are then released above a noisy threshold)")
 
 

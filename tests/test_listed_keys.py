@@ -106,3 +106,19 @@ def test_without_an_and_ed_list_of_the_key_the_keys_stay_the_sparse_histograms(s
 def test_listed_domain(where: str, column_type: str, expected: tuple | None) -> None:
     stmt = parse_statements(f"SELECT 1 FROM t WHERE {where}")[0]
     assert listed_domain("c", stmt.args["where"].this, column_type) == expected
+
+
+def test_conditions_that_leave_no_listed_key_are_refused_for_free_naming_the_keys_as_listed() -> None:
+    """The refusal of a release with no row whatever the data names the keys as the query gave them: listed by its
+    WHERE, not declared (a declared domain's refusal says declared: tests/test_large_domains.py)."""
+    s = _session()
+    try:
+        before = s.remaining()
+        with pytest.raises(dpsql.errors.UnsupportedQueryError) as e:
+            s.query("SELECT cc, COUNT(*) AS n FROM t WHERE cc IN ('FR', 'DE') AND cc IS NULL GROUP BY cc",
+                    epsilon=1.0, delta=0.0)
+        assert "exclude every listed key (cc: 'FR', 'DE')" in str(e.value), str(e.value)
+        assert "declared" not in str(e.value) + (e.value.hint or ""), (str(e.value), e.value.hint)
+        assert s.remaining() == before and s.history().num_rows == 0
+    finally:
+        s.close()
