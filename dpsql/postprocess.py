@@ -456,7 +456,8 @@ def _check_on_keys(backend: _Runs, plan: ir.QueryPlan, aggregate_types: dict[str
             raise UnsupportedQueryError(
                 f"the conditions on the GROUP BY keys (in WHERE, or in HAVING alone) exclude every {which} key ({domains}), so the release "
                 "would have no row whatever the data, and be charged for nothing; nothing was charged",
-                hint=f"check the conditions against the {which} keys (explain lists them); a row whose key is "
+                hint=f"check the conditions against the {'declared domains' if which == 'declared' else which + ' keys'} "
+                "(explain lists the keys); a row whose key is "
                 f"not {which} is in no group: group by an expression of the column, e.g. COALESCE(c, 'none'), to "
                 "count such rows (its keys are then released above a noisy threshold)")
 
