@@ -451,8 +451,8 @@ def _check_on_keys(backend: _Runs, plan: ir.QueryPlan, aggregate_types: dict[str
             domains = "; ".join(f"{k.sql}: {', '.join(repr(v) if isinstance(v, str) else str(v) for v in listed[k.name][:5])}"
                                 + (", ..." if len(listed[k.name]) > 5 else "") for k in plan.keys)
             # keys the WHERE lists (analyze.listed_domain) are not declared: named as the query gave them
-            which = ("listed" if all(k.listed for k in plan.keys) else "listed or declared") if any(
-                k.listed for k in plan.keys) else "declared"
+            marks = [k.listed for k in plan.keys]
+            which = "declared" if not any(marks) else "listed" if all(marks) else "listed or declared"
             raise UnsupportedQueryError(
                 f"the conditions on the GROUP BY keys (in WHERE, or in HAVING alone) exclude every {which} key ({domains}), so the release "
                 "would have no row whatever the data, and be charged for nothing; nothing was charged",
