@@ -580,3 +580,35 @@ def test_suggest_caps_is_the_same_on_duckdb_and_spark() -> None:
     rows = [r["people"] for r in out[0][0] if r["contribution"] == "rows per person"]
     # 1 | 2,3 | 4,7 | 8,15 | 16 | 1023 | 1024,1025
     assert rows == [1, 2, 2, 2, 1, 0, 0, 0, 0, 1, 2] + [0] * 10
+
+
+def test_a_forked_child_refuses_both_engines_before_any_call(duck: dpsql.Session, spark_session: dpsql.Session) -> None:
+    """A Session inherited through fork refuses use in the child, before anything is charged: on Spark its py4j
+    sockets to the JVM are the parent's (a call from the child would be mixed up with the parent's), on DuckDB its
+    worker threads do not exist in the child (a read could wait for ever); the parent's Sessions keep answering."""
+    import json
+    import os
+
+    sessions = (duck, spark_session)
+    before = [s.history().num_rows for s in sessions]
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child's result goes through the pipe
+        out = []
+        for s in sessions:
+            try:
+                s.query("SELECT COUNT(*) AS n FROM people", epsilon=0.1)
+                out.append({"ok": True})
+            except Exception as e:  # noqa: BLE001
+                out.append({"error": type(e).__name__, "msg": str(e)})
+        os.write(w, json.dumps(out).encode())
+        os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as f:
+        got = json.loads(f.read())
+    os.waitpid(pid, 0)
+    assert [g.get("error") for g in got] == ["ExecutionError", "ExecutionError"], got
+    assert "DuckDB's state" in got[0]["msg"] and "Spark's JVM" in got[1]["msg"], got
+    assert all("nothing was charged" in g["msg"] and "create a new Session in the child" in g["msg"] for g in got), got
+    assert [s.history().num_rows for s in sessions] == before
+    assert [s.query("SELECT COUNT(*) AS n FROM people", epsilon=0.1).to_arrow().num_rows for s in sessions] == [1, 1]

@@ -103,23 +103,38 @@ from dpsql.rewrite.render import render
 __all__ = ["DuckDBBackend", "DuckDBOps", "Engine", "scrub"]
 
 
-class _InheritedBusy:
-    """Stands in for an engine's lock in a process forked while another thread of the parent was
-    using the engine: that thread does not exist here, so its lock would never be released and
-    the DuckDB connection it was using may be left mid-statement. Every use refuses instead of
-    hanging (whether a query was running is public: it depends on no private value)."""
+class _Inherited:
+    """Stands in for an engine's lock in a process forked from the one that opened the engine. DuckDB's
+    state does not survive fork: its worker threads (and any thread of the parent inside a statement,
+    holding the engine's lock or DuckDB's own) exist only in the parent, so a statement in the child
+    could wait for ever for a task or lock that no thread will ever finish or release (seen: a fork
+    pool's worker, after its parent had run queries, waiting inside DuckDB's executor). Every use in
+    the child refuses instead, before any charge; closing the Session there leaves the parent's
+    connection alone. (Whether a process was forked is public: it depends on no private value.)"""
+
+    def __init__(self, pid: int, what: str = "DuckDB") -> None:
+        self.pid, self.what = pid, what
 
     def __enter__(self) -> None:
-        raise ExecutionError(
-            "this Session's engine was inherited through fork while another thread of the parent process "
-            "was running a query with it; its DuckDB connection cannot be used in this process (no "
-            "statement ran)",
-            hint="create a new Session in the child process (or fork before using the Session, or start "
-            "workers with the 'spawn' or 'forkserver' start method)",
-        )
+        raise inherited_refusal(self.pid, self.what)
 
     def __exit__(self, *exc: object) -> None:  # pragma: no cover - __enter__ always raises
         return None
+
+
+def inherited_refusal(pid: int, what: str) -> ExecutionError:
+    """The refusal of an engine used in a process forked from the one that opened it (``what``: its kind)."""
+    state = {"DuckDB": "DuckDB's state (its connection and worker threads) does not survive fork, so a query here "
+                       "could wait for ever",
+             "Spark": "its connection to Spark's JVM (py4j's sockets) is the parent's, so a call here would be mixed "
+                      "up with the parent's"}[what]
+    return ExecutionError(
+        f"this Session was opened in process {pid} and is used in a process forked from it (multiprocessing's "
+        f"'fork' start method, os.fork): {state}; nothing was charged",
+        hint="create a new Session in the child process (with a pool: open it in the pool's initializer, once per "
+        "worker), or start the workers with the 'spawn' or 'forkserver' start method; the ledger file is shared by "
+        "every process",
+    )
 
 
 _ENGINES: weakref.WeakSet[DuckDBBackend] = weakref.WeakSet()
@@ -206,27 +221,16 @@ def _connection_lock(con: duckdb.DuckDBPyConnection) -> Any:
 
 
 def _engines_after_fork() -> None:
-    # In the child only the forking thread exists. An engine lock held by another thread was
-    # copied locked and would block forever: such engines refuse use; the others get a new lock.
+    # In the child only the forking thread exists, and DuckDB's state is the parent's: every engine
+    # inherited refuses use (_Inherited); a caller's connection's lock is new (a new Session on the
+    # connection, which is the caller's to use or not, gets one that no thread of the parent holds).
     global _CONNECTION_LOCKS_MUTEX
     _CONNECTION_LOCKS_MUTEX = threading.Lock()
-    for con, held in list(_CONNECTION_LOCKS.items()):  # a new Session on such a connection gets a new lock
-        if held.acquire(blocking=False):
-            held.release()
-        else:
-            _CONNECTION_LOCKS[con] = threading.RLock()
+    for con in list(_CONNECTION_LOCKS.keys()):
+        _CONNECTION_LOCKS[con] = threading.RLock()
     for engine in list(_ENGINES):
-        lock = engine._lock
-        if isinstance(lock, _InheritedBusy):
-            continue
-        if lock.acquire(blocking=False):  # free, or held by the forking thread itself (an RLock)
-            lock.release()
-        else:
-            engine._lock = _InheritedBusy()
-        # the copies of CSV files belong to the parent (which removes them when it closes): the
-        # child makes its own at its next read
-        for src in engine._csv.values():
-            src.version, src.copies = None, []
+        engine._lock = _Inherited(engine._pid)
+        # the copies of CSV files belong to the parent (which removes them when it closes)
         engine._csv_dir = None
         gone = getattr(engine, "_csv_gone", None)
         if gone is not None:
@@ -321,6 +325,7 @@ class DuckDBBackend:
         self._owned = connection is None
         self._con: Any = duckdb.connect(":memory:") if connection is None else _Patient(connection)
         self._lock: Any = threading.RLock() if connection is None else _connection_lock(connection)
+        self._pid = os.getpid()  # the process that opened the engine: in any other (a forked child) it refuses use
         _ENGINES.add(self)
         self._views: set[tuple[str, str]] = set()
         self._native: dict[str, native.NativeSource] = {}  # Parquet sources DuckDB's reader may read
@@ -405,6 +410,8 @@ class DuckDBBackend:
     def close(self) -> None:
         self._described.clear()  # kept texts hold their queries' secret salts: none outlives the engine's use
         self._reads_of = (None, None)
+        if self._pid != os.getpid():  # a forked child's copy: the connection, its views and copies are the parent's
+            return
         for view, kind in list(self._views):
             self.unregister_source("", kind, view)
         csvcopy.remove_dir(self._csv_dir)

@@ -61,6 +61,7 @@ import re
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -88,7 +89,7 @@ from dpsql.engine.base import (
     view_column,
     with_read_salt,
 )
-from dpsql.engine.duckdb import DuckDBBackend
+from dpsql.engine.duckdb import DuckDBBackend, _Inherited
 from dpsql.engine.spark_ops import SPARK, SparkOps, lower_for_spark, spark_type
 from dpsql.errors import ConfigError, ExecutionError, InputUnavailableError, QueryTypeError
 from dpsql.rewrite.render import render
@@ -701,7 +702,9 @@ class SparkBackend:
         self._analysed: dict[str, tuple[dict[str, str], Any]] = {}
         self._pin_plan()
         _quiet(self._spark)
-        self._lock = threading.RLock()
+        self._lock: Any = threading.RLock()
+        self._pid = os.getpid()  # the process that opened the engine: a forked child refuses its use (_engines_after_fork)
+        _ENGINES.add(self)
         self._views: dict[str, str] = {}  # view -> kind
         self._files: dict[str, _Files] = {}  # view -> its local Parquet files as registered (source_changed)
         self._local = DuckDBBackend(None, self.settings)  # post-processing of released values only
@@ -1508,7 +1511,9 @@ class SparkBackend:
         check is remembered, so such a query was charged and then failed with the generic error. Checked before every
         charge (``catalog.check_sources_unchanged``); a stop during the read is the generic failure (the charge
         stands)."""
-        if _stopped(self._spark):
+        with self._lock:  # (in a forked child: refused before any call to the JVM)
+            stopped = _stopped(self._spark)
+        if stopped:
             raise ConfigError("the Spark session of this Session was stopped (spark.stop() stops its SparkContext), so "
                               "it can run no query; nothing was charged",
                               hint="close this Session and open a new one on a running SparkSession (Session(engine="
@@ -1520,10 +1525,25 @@ class SparkBackend:
 
     def close(self) -> None:
         """Drop dpsql's views; the SparkContext is the process's (``spark.stop()`` is its owner's)."""
+        if self._pid != os.getpid():  # a forked child's copy: the views (and the JVM) are the parent's
+            return
         for view, kind in list(self._views.items()):
             self.unregister_source("", kind, view)
         self._analysed.clear()
         self._local.close()
+
+
+_ENGINES: weakref.WeakSet[SparkBackend] = weakref.WeakSet()
+
+
+def _engines_after_fork() -> None:
+    # a forked child shares the parent's py4j sockets to the JVM: a call there would interleave with the
+    # parent's (or wait for a reply the parent reads); every inherited engine refuses use, before any charge
+    for engine in list(_ENGINES):
+        engine._lock = _Inherited(engine._pid, "Spark")
+
+
+os.register_at_fork(after_in_child=_engines_after_fork)
 
 
 def _domain_values(rel: DomainRelation) -> pa.Array:
