@@ -54,7 +54,7 @@ from dpsql.catalog import TableSpec
 from dpsql.engine.base import SqlOps, source_name
 from dpsql.plan import ir
 from dpsql.plan.joins import flat
-from dpsql.plan.typer import DIGEST_TYPE, domain_literal
+from dpsql.plan.typer import DIGEST_TYPE, domain_literal, parse_type
 from dpsql.rewrite import joins
 from dpsql.rewrite.bound import exact_text, fixed_point_scale, guard
 from dpsql.rewrite.joins import KeyDigest, Part, _split_where, join_relation, parts_of, sampled_tuples
@@ -169,6 +169,8 @@ def _derived_set(k: ir.JoinKey, jp: ir.JoinPlan, catalog: Mapping[str, TableSpec
         for j, (name, typ, values) in enumerate(k.value_sets):
             listed = _values(name, typ, values).subquery(f"__v{j}")
             q = q.from_(listed) if j == 0 else q.join(listed, join_type="cross")
+        for c in _own_conditions(k, jp):
+            q = q.where(guard(c, dict(jp.flat_schema)))
         return q
     t = catalog[dict(jp.inputs)[k.alias]]
     local, _ = _split_where(jp)
@@ -180,6 +182,30 @@ def _derived_set(k: ir.JoinKey, jp: ir.JoinPlan, catalog: Mapping[str, TableSpec
     for c in local.get(k.alias, []):
         q = q.where(guard(c, dict(jp.flat_schema)))
     return q
+
+
+def _own_conditions(k: ir.JoinKey, jp: ir.JoinPlan) -> list[exp.Expression]:
+    """The WHERE's conjuncts that read a plain column key's column alone (``o.o_orderdate < DATE '1995-02-01'``), when
+    its key set is exactly the column's public values (a declared domain, a BOOLEAN's two values, a DATE column's days,
+    an integer column's integers): applied to the key set too, so that the set (and its size, counted before the
+    charge) holds only the keys those conjuncts let through. A tuple is counted only under its own value of the
+    column, in the set, and only if it meets every conjunct: the same tuples are counted, and the keys left out are
+    those no tuple that meets the WHERE can have (which the post-processing's filter of the released keys removed
+    after the release until now). The same typed condition, on the same engine, over the same typed values decides
+    both (public values only). Not for a TIMESTAMP read through its date (the set holds its days' midnights, not the
+    column's values) nor for an expression of several columns."""
+    if k.value_sets is None or len(k.value_sets) != 1:
+        return []
+    name, typ, _ = k.value_sets[0]
+    col = k.expr
+    if isinstance(col, exp.Cast) and parse_type(col.to.sql(dialect="duckdb")).name == parse_type(typ).name:
+        col = col.this  # the typed key of a plain column: its column cast to its own type
+    if (not isinstance(col, exp.Column) or col.name != name
+            or parse_type(typ).kind not in ("date", "int", "varchar", "bool", "decimal", "float")
+            or parse_type(dict(jp.flat_schema).get(name, "")).name != parse_type(typ).name):
+        return []
+    local, _ = _split_where(jp)
+    return [c for conds in local.values() for c in conds if {col.name for col in c.find_all(exp.Column)} == {name}]
 
 
 def _parts(jp: ir.JoinPlan) -> list[list[ir.JoinKey]]:
