@@ -9,7 +9,10 @@ CSV sources, a public CSV key set, a second Session, unregister and register aga
 never the owner's file.
 
 Findings (fixed here): the copies -- a plaintext copy of each private file -- stayed on disk after
-a process ended without closing its Session; they ignored the owner's ``temp_directory``; a failed
+a process ended without closing its Session, and for good after a process was killed (SIGKILL:
+now each copies' directory is locked by its process and removed by the next engine that makes
+one in the same temp directory, never while its process lives or while it is being made);
+they ignored the owner's ``temp_directory``; a failed
 copy of a multi-file source left the copies already made behind (one more full copy per failed
 query); copies removed by a temporary-files cleaner made every later read fail until the file
 changed; a lone ``\\r`` in the header line raised Python's raw ``csv.Error`` at registration (now
@@ -21,14 +24,18 @@ channel on the file's size, i.e. on one person's field).
 from __future__ import annotations
 
 import collections
+import errno
+import fcntl
 import gzip
 import os
+import queue
 import random
 import shutil
 import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -324,7 +331,10 @@ def test_copies_removed_by_a_temp_cleaner_are_made_again(tmp_path: Path, monkeyp
         os.unlink(os.path.join(d, c))
     os.rmdir(d)
     assert s.query(q, epsilon=1.0).table.to_pylist() == [{"n": 2}]
+    new = s._engine._csv_dir
+    assert d not in csvcopy._OWN and new in csvcopy._OWN  # the vanished directory's lock was given up
     s.close()
+    assert new is not None and new not in csvcopy._OWN and not os.path.exists(new)
 
 
 def test_a_carriage_return_in_the_header_line_is_refused_clearly(tmp_path: Path) -> None:
@@ -421,3 +431,289 @@ def test_the_copy_runs_under_the_statement_time_out(tmp_path: Path, monkeypatch:
     assert run(30.0) == [{"n": 2}]
     with pytest.raises(TimeoutError):  # the unit: a deadline already past
         csvcopy.clean_copy(str(f), str(tmp_path), ".csv", until=csvcopy.now() - 1)
+
+
+# -- copies left by a killed process: each directory is locked by its process, swept once it is gone -----
+
+
+def _open_and_read(f: Path, spill: Path, before_read: str = "") -> str:
+    """A script: a Session whose copies go under ``spill`` registers the CSV file ``f``, runs
+    ``before_read``, reads the file once and prints its copies' directory and how many copies it
+    holds."""
+    return textwrap.dedent(f"""
+        import os, signal, sys, dpsql
+        from dpsql.engine import _duckdb_csv as csvcopy
+        s = dpsql.Session(budget=dpsql.Budget(10.0, 1e-3), engine={{"temp_directory": {str(spill)!r}}})
+        s.register("t", {str(f)!r}, privacy_unit="uid", max_rows_per_unit=1)
+        {before_read}
+        s.query("SELECT COUNT(*) AS n FROM t", epsilon=1.0)
+        d = s._engine._csv_dir
+        print(d, len(os.listdir(d)), flush=True)
+    """)
+
+
+def _csv_file(tmp_path: Path) -> Path:
+    f = tmp_path / "t.csv"
+    f.write_bytes(b"uid,amount\n1,5\n2,6\n")
+    return f
+
+
+def _killed_copies(tmp_path: Path, spill: Path) -> str:
+    """The copies' directory of a process SIGKILLed after a CSV query: still on disk, with its copy."""
+    code = _open_and_read(_csv_file(tmp_path), spill) + "os.kill(os.getpid(), signal.SIGKILL)\n"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == -9, out.stdout + out.stderr
+    d, n = out.stdout.split()
+    assert n == "1" and os.listdir(d) and Path(d).parent == spill  # no exit handler ran: the copy stayed
+    return d
+
+
+class _Lines:
+    """The lines a subprocess prints, read by a thread so that waiting for one never blocks the
+    test for good (a guard against a hung subprocess, not a timed assert)."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.queue: queue.Queue[str | None] = queue.Queue()
+        self.proc = proc
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.queue.put(line.rstrip("\n"))
+        self.queue.put(None)
+
+    def next(self) -> str | None:
+        try:
+            return self.queue.get(timeout=120)
+        except queue.Empty:
+            self.proc.kill()
+            raise AssertionError("the subprocess printed nothing in 120 s") from None
+
+
+def test_copies_of_a_killed_process_are_removed_by_the_next_processs_first_csv_read(tmp_path: Path) -> None:
+    """FINDING (fixed): a process killed by SIGKILL (no exit handler runs) left the plaintext copy of
+    every CSV file it read on disk for good. Its directory's lock died with it: the next engine to
+    make a copies' directory in the same temp directory removes it, at its first CSV read.
+    Negative control: an engine whose copies go elsewhere leaves it (the sweep is of its own temp
+    directory), and registering (no copy made) does not sweep."""
+    spill, other = tmp_path / "spill", tmp_path / "elsewhere"
+    d = _killed_copies(tmp_path, spill)
+    for where, after in ((other, "True"), (spill, "False")):
+        show = "print(os.path.isdir(sys.argv[1]), flush=True)"
+        code = _open_and_read(tmp_path / "t.csv", where, show) + show + "\n"
+        out = subprocess.run([sys.executable, "-c", code, d], capture_output=True, text=True, timeout=120, check=True)
+        before, line, now = out.stdout.split("\n")[:3]
+        assert (before, now) == ("True", after), (where, out.stdout, out.stderr)
+        assert line.split()[1] == "1" and line.split()[0] != d
+    assert not os.path.exists(d) and os.listdir(spill) == []  # the follower's own copies went at its normal exit
+
+
+def test_a_live_processs_copies_are_never_swept(tmp_path: Path) -> None:
+    """Another process that is alive (here waiting on its standard input) holds its directory's
+    lock: sweeps of other processes (a Session's first CSV read, the sweep itself) leave its copies.
+    Negative control: once that process is SIGKILLed, the same sweep removes them."""
+    spill = tmp_path / "spill"
+    code = _open_and_read(_csv_file(tmp_path), spill) + "sys.stdin.read()\nos._exit(0)\n"
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        lines = _Lines(proc)
+        line = lines.next()
+        assert line is not None, proc.returncode
+        d = line.split()[0]
+        before = sorted(os.listdir(d))
+        s = dpsql.Session(budget=dpsql.Budget(10.0, 1e-3), engine={"temp_directory": str(spill)})
+        use_noise(s, zero_noise())
+        s.register("t", str(tmp_path / "t.csv"), privacy_unit="uid", max_rows_per_unit=1)
+        assert s.query("SELECT COUNT(*) AS n FROM t", epsilon=1.0).table.to_pylist() == [{"n": 2}]
+        assert csvcopy.sweep(str(spill)) == 0
+        assert sorted(os.listdir(d)) == before and len(before) == 1  # the live process's copy is whole
+        assert proc.poll() is None  # (it was alive all along: it waits for its standard input)
+        proc.kill()
+        proc.wait(timeout=120)
+        assert csvcopy.sweep(str(spill)) == 1 and not os.path.exists(d)  # negative control
+        own = s._engine._csv_dir
+        assert own is not None and os.listdir(own)  # this process's own directory is never its own sweep's
+        assert s.query("SELECT COUNT(*) AS n FROM t", epsilon=1.0).table.to_pylist() == [{"n": 2}]
+        s.close()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=120)
+
+
+def test_a_second_engine_of_the_process_never_sweeps_the_firsts_copies(tmp_path: Path) -> None:
+    spill = tmp_path / "spill"
+    f = _csv_file(tmp_path)
+    sessions = []
+    for _ in range(2):
+        s = dpsql.Session(budget=dpsql.Budget(10.0, 1e-3), engine={"temp_directory": str(spill)})
+        use_noise(s, zero_noise())
+        s.register("t", str(f), privacy_unit="uid", max_rows_per_unit=1)
+        assert s.query("SELECT COUNT(*) AS n FROM t", epsilon=1.0).table.to_pylist() == [{"n": 2}]
+        sessions.append(s)
+    dirs = [s._engine._csv_dir for s in sessions]
+    assert len(set(dirs)) == 2 and all(d is not None and len(os.listdir(d)) == 1 for d in dirs)
+    assert csvcopy.sweep(str(spill)) == 0
+    for s in sessions:
+        s.close()
+    assert os.listdir(spill) == []
+
+
+def test_a_directory_locked_by_another_descriptor_of_this_process_is_kept(tmp_path: Path) -> None:
+    """flock locks conflict between two open descriptions even in one process: a directory locked
+    outside the engine's own bookkeeping is left. Negative control: unlocked, it is removed."""
+    d = tmp_path / f"dpsql-csv-{os.getpid()}-{'ab' * 8}"
+    d.mkdir()
+    (d / "x.csv").write_bytes(b"private\n")
+    fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        assert csvcopy.sweep(str(tmp_path)) == 0 and (d / "x.csv").exists()
+    finally:
+        os.close(fd)
+    assert csvcopy.sweep(str(tmp_path)) == 1 and not d.exists()
+
+
+def test_a_directory_being_made_and_anything_not_named_exactly_are_never_swept(tmp_path: Path) -> None:
+    """A copies' directory is made under a first name (``mkdtemp``'s: the pid and 8 characters),
+    locked, then renamed to its final name (the pid and 16 hex digits): so a directory another
+    process has just made and not yet locked is under its first name, which no sweep removes.
+    Nor does a sweep remove a name that is not exactly a final one, a symlink (nor what it points
+    to), or a file. Negative control: in the same sweep, an unlocked directory under a final name
+    (its process gone) is removed."""
+    pid, hex16 = os.getpid(), "0123456789abcdef"
+    being_made = Path(tempfile.mkdtemp(prefix=f"dpsql-csv-{pid}-", dir=tmp_path))  # not locked yet
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    kept = [being_made, outside]
+    for name in (f"dpsql-csv-{pid}-{hex16[:15]}", f"dpsql-csv-{pid}-{hex16.upper()}", f"dpsql-csv-{pid}-{hex16}0",
+                 f"dpsql-csv-x{pid}-{hex16}", f"dpsql-csv--{hex16}", f"dpsql-csv-{pid}-{hex16}.old", f"xdpsql-csv-{pid}-{hex16}",
+                 f"dpsql-csv-{pid}-{hex16}\n"):
+        (tmp_path / name).mkdir()
+        kept.append(tmp_path / name)
+    link = tmp_path / f"dpsql-csv-{pid}-{'1' * 16}"
+    link.symlink_to(outside, target_is_directory=True)
+    a_file = tmp_path / f"dpsql-csv-{pid}-{'2' * 16}"
+    a_file.write_bytes(b"x")
+    kept += [link, a_file]
+    for k in kept:
+        if k.is_dir() and not k.is_symlink():
+            (k / "x.csv").write_bytes(b"private\n")
+    gone = tmp_path / f"dpsql-csv-{pid}-{hex16}"
+    gone.mkdir()
+    (gone / "x.csv").write_bytes(b"private\n")
+    assert csvcopy.sweep(str(tmp_path)) == 1
+    assert not gone.exists()  # negative control
+    assert all(os.path.lexists(k) for k in kept) and (outside / "x.csv").exists() and (being_made / "x.csv").exists()
+    assert link.is_symlink() and a_file.read_bytes() == b"x"
+
+
+def test_a_directory_is_locked_before_it_has_its_final_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The moment a sweep could see the directory under its final name, it is locked already."""
+    seen = []
+    rename = os.rename
+
+    def watch(src: str, dst: str) -> None:
+        fd = os.open(src, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            os.close(fd)
+        seen.append((Path(src).name, Path(dst).name))
+        rename(src, dst)
+
+    monkeypatch.setattr(os, "rename", watch)
+    d = csvcopy.make_dir(str(tmp_path))
+    monkeypatch.undo()
+    assert len(seen) == 1 and Path(d).name == seen[0][1] and os.listdir(tmp_path) == [Path(d).name]
+    first = seen[0][0]
+    assert first.startswith(f"dpsql-csv-{os.getpid()}-") and len(first) == len(f"dpsql-csv-{os.getpid()}-") + 8
+    assert csvcopy.sweep(str(tmp_path)) == 0  # (the process's own directory, and locked)
+    csvcopy.remove_dir(d)
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("child_keeps_a_descriptor", [False, True])
+def test_a_forked_child_does_not_keep_its_killed_parents_copies(tmp_path: Path, child_keeps_a_descriptor: bool) -> None:
+    """flock locks belong to the open file description, which fork shares: the at-fork hook closes
+    the child's inherited descriptor of the directory, so a parent SIGKILLed while its child lives
+    on leaves copies that a sweep removes. Negative control: a child holding another descriptor of
+    the directory (a dup made before the fork, which the hook does not know) keeps it locked, and
+    the sweep leaves it until that child ends."""
+    spill = tmp_path / "spill"
+    code = _open_and_read(_csv_file(tmp_path), spill) + textwrap.dedent(f"""
+        if {child_keeps_a_descriptor}:
+            extra = os.dup(csvcopy._OWN[d][0])
+        pid = os.fork()
+        if pid == 0:
+            sys.stdin.read()  # alive until the test closes its standard input
+            print("child done", flush=True)
+            os._exit(0)
+        print(pid, flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        lines = _Lines(proc)
+        first, child = lines.next(), lines.next()
+        assert first is not None and child is not None
+        d = first.split()[0]
+        assert proc.wait(timeout=120) == -9 and os.listdir(d)
+        assert csvcopy.sweep(str(spill)) == (0 if child_keeps_a_descriptor else 1)
+        assert os.path.exists(d) == child_keeps_a_descriptor
+        assert proc.stdin is not None
+        proc.stdin.close()  # the child, alive during the sweep, now ends
+        assert lines.next() == "child done" and lines.next() is None
+        if child_keeps_a_descriptor:
+            assert csvcopy.sweep(str(spill)) == 1 and not os.path.exists(d)  # its lock ended with the child
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=120)
+
+
+def test_a_failed_sweep_never_fails_the_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sweep is best-effort: whatever it raises, the query answers (and it is charged once)."""
+    def broken(*args: Any) -> int:
+        raise RuntimeError("sweep failed")
+
+    stale = tmp_path / "spill" / f"dpsql-csv-{os.getpid()}-{'c' * 16}"
+    stale.mkdir(parents=True)
+    monkeypatch.setattr(csvcopy, "_sweep_one", broken)
+    s = dpsql.Session(budget=dpsql.Budget(10.0, 1e-3), engine={"temp_directory": str(tmp_path / "spill")})
+    use_noise(s, zero_noise())
+    s.register("t", str(_csv_file(tmp_path)), privacy_unit="uid", max_rows_per_unit=1)
+    assert s.query("SELECT COUNT(*) AS n FROM t", epsilon=1.0).table.to_pylist() == [{"n": 2}]
+    assert s.remaining().epsilon == 9.0 and stale.exists()
+    s.close()
+    monkeypatch.undo()
+    assert csvcopy.sweep(str(tmp_path / "spill")) == 1 and not stale.exists()  # negative control
+
+
+def test_without_directory_locks_the_copies_keep_their_first_name_and_nothing_is_swept(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where flock fails (a file system without it) the directory keeps its first name, which no
+    sweep removes (as before: copies of a killed process stay); without fcntl (Windows) there is no
+    lock and no sweep."""
+    class NoLocks:
+        LOCK_EX, LOCK_NB = fcntl.LOCK_EX, fcntl.LOCK_NB
+
+        @staticmethod
+        def flock(fd: int, op: int) -> None:
+            raise OSError(errno.ENOLCK, "no locks")
+
+    stale = tmp_path / f"dpsql-csv-{os.getpid()}-{'d' * 16}"
+    stale.mkdir()
+    monkeypatch.setattr(csvcopy, "fcntl", NoLocks)
+    d = csvcopy.make_dir(str(tmp_path))
+    assert len(Path(d).name) == len(f"dpsql-csv-{os.getpid()}-") + 8 and d not in csvcopy._OWN
+    assert stale.exists()  # (the sweep ran, but took no lock)
+    monkeypatch.setattr(csvcopy, "fcntl", None)
+    e = csvcopy.make_dir(str(tmp_path))
+    assert len(Path(e).name) == len(f"dpsql-csv-{os.getpid()}-") + 8 and csvcopy.sweep(str(tmp_path)) == 0
+    monkeypatch.undo()
+    assert csvcopy.sweep(str(tmp_path)) == 1 and not stale.exists() and os.path.isdir(d) and os.path.isdir(e)
+    csvcopy.remove_dir(d)
+    csvcopy.remove_dir(e)

@@ -31,20 +31,31 @@ a file made larger by one person (a 300 MB field: 0.8 s of copy) answered after 
 
 The copies are plaintext private data: their directory (mode 0700, files 0600) is under the
 owner's ``temp_directory`` when set, removed when the engine closes, when it is garbage
-collected, or when the process exits normally with the engine still open (not after SIGKILL or
-a signal that ends the process without Python's exit handlers). A failed copy leaves none
-behind; copies removed meanwhile (a cleaner of temporary files) are made again.
+collected, or when the process exits normally with the engine still open. A process ended
+without Python's exit handlers (SIGKILL, a crash) cannot remove them: each directory is locked by
+its process for as long as it is in use (:func:`make_dir`), and the next engine, in any process,
+to make a directory in the same place first removes those whose lock it can take, their process
+being gone (:func:`sweep`). A failed copy leaves none behind; copies removed meanwhile (a cleaner
+of temporary files) are made again.
 """
 
 from __future__ import annotations
 
 import gzip
 import os
+import re
+import secrets
 import shutil
 import tempfile
+import threading
 from dataclasses import dataclass, field
 from time import monotonic as now
 from typing import Any
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: no directory locks, no sweep (copies left by a killed process stay)
+    fcntl = None  # type: ignore[assignment]
 
 from dpsql.engine._duckdb_native import Version, settled, versions
 
@@ -168,19 +179,173 @@ def drop(src: CsvSource) -> None:
     src.copies, src.version = [], None
 
 
-def make_dir(parent: str | None) -> str:
+# -- the copies' directory: owned by its process through a lock, swept once that process is gone ------------
+#
+# Why a lock, and which. A directory of copies is in use while its process holds an exclusive
+# ``flock`` on the directory itself (a descriptor of the directory kept open until the directory
+# is removed). The kernel drops the lock when the process ends in any way, SIGKILL included, so
+# "the lock can be taken" means "no process uses this directory any more". ``flock`` rather than
+# ``fcntl`` record locks (``F_SETLK``/``lockf``), although those are not inherited through fork:
+# a record lock never conflicts with a lock of the same process, so a sweep by a second engine of
+# the process (or by the same engine through another spelling of the temp directory) would "take"
+# the lock of a live directory of its own process and remove it, and closing any descriptor of
+# the file drops the process's record locks. ``flock`` locks belong to the open file description
+# and conflict between two descriptions even in one process, so a mistake in this process's
+# bookkeeping can only leave a directory behind, never remove a live one. Their one drawback is
+# that fork shares the description: a child would keep its parent's directory locked (so
+# unswept) after the parent was killed. Hence the descriptor is opened ``O_CLOEXEC`` (gone at an
+# exec) and the at-fork hook below closes it in a forked child (closing only: ``LOCK_UN`` on the
+# shared description would unlock the parent's directory). A child forked without Python's
+# at-fork hooks (a C library's own fork) keeps the lock until it ends: the directory is removed
+# later, never early. (``systemd-tmpfiles`` documents that its age-based clean-up skips a
+# directory locked this way, so its copies are not aged away while in use either.)
+#
+# Why the rename. A sweep must never remove a directory that a live process has just created
+# and not yet locked. So a directory is created under a first name that no sweep matches
+# (``tempfile.mkdtemp``'s ``dpsql-csv-<pid>-`` and 8 characters, the name of every copies'
+# directory before the lock), locked, and only then renamed to its final name
+# ``dpsql-csv-<pid>-`` and 16 hex digits (``_LOCKED``); the rename keeps the inode, hence the
+# lock. A directory under a final name has therefore been locked since before it had that name,
+# and taking its lock proves its process is gone: nothing can be in a final-named directory
+# unlocked except after its process ended or while it removes it (a sweep then removes it too,
+# or finds it gone). A process killed between the creation and the rename leaves an empty
+# directory under the first name (no copy is written before the rename), which no sweep
+# removes, as it does not remove directories of older versions of the engine or of a file
+# system where ``flock`` fails (the directory then keeps its first name, unlocked, as before).
+#
+# The sweep opens each candidate with ``O_NOFOLLOW | O_DIRECTORY`` relative to a descriptor of
+# the temp directory (a symlink, or anything but a directory, is left alone), keeps only
+# directories of this user, checks after taking the lock that the name still names the locked
+# directory, and removes it with ``shutil.rmtree`` relative to that descriptor (which never
+# follows symlinks). It is best-effort: any failure skips the entry or ends the sweep, never the
+# read, and nothing is logged (a directory's name says nothing of its rows, but there is nothing
+# the owner must act on either).
+
+#: the final name of a locked copies' directory (the sweep removes nothing else)
+_LOCKED = re.compile(r"dpsql-csv-[0-9]+-[0-9a-f]{16}")
+#: this process's copies' directories: path -> (the locked descriptor, st_dev, st_ino)
+_OWN: dict[str, tuple[int, int, int]] = {}
+_OWN_MUTEX = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    # The parent's directories are its own (it removes them): the child closes its inherited
+    # descriptors of them, so that the parent's locks end with the parent. Only the forking thread
+    # exists in the child: the mutex is made anew (another thread may have held it at the fork).
+    global _OWN_MUTEX
+    _OWN_MUTEX = threading.Lock()
+    for fd, _dev, _ino in _OWN.values():
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _OWN.clear()
+
+
+if fcntl is not None:
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def make_dir(parent: str | None, until: float | None = None) -> str:
     """A directory of the engine's own (mode 0700) for the copies: under the owner's
-    ``temp_directory`` when set (where the engine writes temporary data), else the system's."""
+    ``temp_directory`` when set (where the engine writes temporary data), else the system's.
+    It is locked for as long as this process uses it, and the copies left in ``parent`` by
+    processes that are gone are removed first (:func:`sweep`, stopped at ``until``)."""
     if parent is not None:
         os.makedirs(parent, mode=0o700, exist_ok=True)
-    return tempfile.mkdtemp(prefix=f"dpsql-csv-{os.getpid()}-", dir=parent)
+    if fcntl is None:
+        return tempfile.mkdtemp(prefix=f"dpsql-csv-{os.getpid()}-", dir=parent)
+    sweep(tempfile.gettempdir() if parent is None else parent, until)
+    first = tempfile.mkdtemp(prefix=f"dpsql-csv-{os.getpid()}-", dir=parent)
+    try:
+        fd = os.open(first, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return first
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        st = os.fstat(fd)
+        final = os.path.join(os.path.dirname(first), f"dpsql-csv-{os.getpid()}-{secrets.token_hex(8)}")
+        with _OWN_MUTEX:
+            _OWN[final] = (fd, st.st_dev, st.st_ino)  # before the rename: a sweep of this process skips it
+        try:
+            os.rename(first, final)
+        except BaseException:
+            with _OWN_MUTEX:
+                _OWN.pop(final, None)
+            raise
+    except OSError:  # no lock on this file system (or the rename failed): unlocked, under the first name
+        os.close(fd)
+        return first
+    except BaseException:
+        os.close(fd)
+        raise
+    return final
+
+
+def sweep(parent: str, until: float | None = None) -> int:
+    """Remove the copies' directories in ``parent`` whose process is gone (their lock can be
+    taken); returns how many. Best-effort: never raises an ``Exception``, stops at ``until``."""
+    if fcntl is None:
+        return 0
+    removed = 0
+    try:
+        pfd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return 0
+    try:
+        with os.scandir(pfd) as entries:
+            names = [e.name for e in entries if _LOCKED.fullmatch(e.name)]
+        with _OWN_MUTEX:
+            own = {(dev, ino) for _fd, dev, ino in _OWN.values()}
+        for name in names:
+            if until is not None and now() > until:
+                break
+            removed += _sweep_one(pfd, name, own)
+    except Exception:
+        pass
+    finally:
+        os.close(pfd)
+    return removed
+
+
+def _sweep_one(pfd: int, name: str, own: set[tuple[int, int]]) -> int:
+    """Remove ``name`` (in the directory ``pfd``) if it is a directory of this user, not one of
+    this process's, whose lock can be taken; 1 if removed."""
+    assert fcntl is not None
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=pfd)
+    except OSError:  # gone meanwhile, a symlink, not a directory, not ours to read
+        return 0
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != os.geteuid() or (st.st_dev, st.st_ino) in own:
+            return 0
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # locked: its process is alive (or no lock here: left alone)
+            return 0
+        now_st = os.stat(name, dir_fd=pfd, follow_symlinks=False)
+        if (now_st.st_dev, now_st.st_ino) != (st.st_dev, st.st_ino):
+            return 0  # the name was moved to something else meanwhile
+        shutil.rmtree(name, ignore_errors=True, dir_fd=pfd)
+        return 1
+    finally:
+        os.close(fd)  # (the lock goes with it)
 
 
 def remove_dir(path: str | None, pid: int | None = None) -> None:
-    """Remove the copies' directory; with ``pid``, only in that process (a forked child ending
-    normally runs its parent's exit handlers, and must not take the parent's copies)."""
+    """Remove the copies' directory (and give up its lock); with ``pid``, only in that process (a
+    forked child ending normally runs its parent's exit handlers, and must not take the parent's
+    copies)."""
     if path is not None and (pid is None or os.getpid() == pid):
         shutil.rmtree(path, ignore_errors=True)
+        with _OWN_MUTEX:
+            held = _OWN.pop(path, None)
+        if held is not None:
+            try:
+                os.close(held[0])
+            except OSError:
+                pass
 
 
 def _remove(path: str) -> None:

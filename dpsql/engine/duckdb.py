@@ -1352,8 +1352,8 @@ class DuckDBBackend:
                 continue
             if self._csv_dir is None or not os.path.isdir(self._csv_dir):
                 if self._csv_gone is not None:
-                    self._csv_gone.detach()
-                self._csv_dir = csvcopy.make_dir(self.settings.temp_directory)
+                    self._csv_gone()  # the vanished directory's lock given up
+                self._csv_dir = csvcopy.make_dir(self.settings.temp_directory, self._until)
                 self._csv_gone = weakref.finalize(self, csvcopy.remove_dir, self._csv_dir, os.getpid())
             suffix = ".tsv" if _csv_delimiter(src.source) == "\t" else ".csv"
             fresh, version = csvcopy.refresh(src, self._csv_dir, suffix, self._until, self.settings.csv_encoding)
