@@ -221,8 +221,9 @@ def drop(src: CsvSource) -> None:
 # read, and nothing is logged (a directory's name says nothing of its rows, but there is nothing
 # the owner must act on either).
 
-#: the final name of a locked copies' directory (the sweep removes nothing else)
-_LOCKED = re.compile(r"dpsql-csv-[0-9]+-[0-9a-f]{16}")
+#: the final name of a locked directory of the engine's: its copies of CSV files, or DuckDB's spill files (the sweep
+#: removes nothing else)
+_LOCKED = re.compile(r"dpsql-(?:csv|spill)-[0-9]+-[0-9a-f]{16}")
 #: this process's copies' directories: path -> (the locked descriptor, st_dev, st_ino)
 _OWN: dict[str, tuple[int, int, int]] = {}
 _OWN_MUTEX = threading.Lock()
@@ -246,17 +247,17 @@ if fcntl is not None:
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def make_dir(parent: str | None, until: float | None = None) -> str:
-    """A directory of the engine's own (mode 0700) for the copies: under the owner's
-    ``temp_directory`` when set (where the engine writes temporary data), else the system's.
-    It is locked for as long as this process uses it, and the copies left in ``parent`` by
-    processes that are gone are removed first (:func:`sweep`, stopped at ``until``)."""
+def make_dir(parent: str | None, until: float | None = None, kind: str = "csv") -> str:
+    """A directory of the engine's own (mode 0700) for the copies (``kind`` "csv"; "spill": DuckDB's spill files
+    when the owner set no ``temp_directory``): under the owner's ``temp_directory`` when set (where the engine writes
+    temporary data), else the system's. It is locked for as long as this process uses it, and the directories left
+    in ``parent`` by processes that are gone are removed first (:func:`sweep`, stopped at ``until``)."""
     if parent is not None:
         os.makedirs(parent, mode=0o700, exist_ok=True)
     if fcntl is None:
-        return tempfile.mkdtemp(prefix=f"dpsql-csv-{os.getpid()}-", dir=parent)
-    sweep(tempfile.gettempdir() if parent is None else parent, until)
-    first = tempfile.mkdtemp(prefix=f"dpsql-csv-{os.getpid()}-", dir=parent)
+        return tempfile.mkdtemp(prefix=f"dpsql-{kind}-{os.getpid()}-", dir=parent)
+    sweep(tempfile.gettempdir() if parent is None else parent, until)  # (about 0.03 ms; 6 ms over 10 000 entries)
+    first = tempfile.mkdtemp(prefix=f"dpsql-{kind}-{os.getpid()}-", dir=parent)
     try:
         fd = os.open(first, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
@@ -264,7 +265,7 @@ def make_dir(parent: str | None, until: float | None = None) -> str:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         st = os.fstat(fd)
-        final = os.path.join(os.path.dirname(first), f"dpsql-csv-{os.getpid()}-{secrets.token_hex(8)}")
+        final = os.path.join(os.path.dirname(first), f"dpsql-{kind}-{os.getpid()}-{secrets.token_hex(8)}")
         with _OWN_MUTEX:
             _OWN[final] = (fd, st.st_dev, st.st_ino)  # before the rename: a sweep of this process skips it
         try:

@@ -41,7 +41,6 @@ import os
 import re
 import secrets
 import string
-import tempfile
 import threading
 import time
 import weakref
@@ -232,10 +231,11 @@ def _engines_after_fork() -> None:
         engine._lock = _Inherited(engine._pid)
         # the copies of CSV files belong to the parent (which removes them when it closes)
         engine._csv_dir = None
-        gone = getattr(engine, "_csv_gone", None)
-        if gone is not None:
-            gone.detach()  # the parent's (its pid-bound handler would not run here anyway)
-            engine._csv_gone = None
+        for name in ("_csv_gone", "_spill_gone"):
+            gone = getattr(engine, name, None)
+            if gone is not None:
+                gone.detach()  # the parent's (its pid-bound handler would not run here anyway)
+                setattr(engine, name, None)
 
 
 os.register_at_fork(after_in_child=_engines_after_fork)
@@ -357,8 +357,16 @@ class DuckDBBackend:
                 if self._owned:
                     self._con.close()
                 raise
-        self._spill = self.settings.temp_directory or os.path.join(
-            tempfile.gettempdir(), f"dpsql-spill-{os.getpid()}-{secrets.token_hex(6)}")
+        # DuckDB's spill files: in the owner's temp_directory, else in a directory of the engine's own, made here (mode
+        # 0700: DuckDB made it with the process's umask, 0755, its files 0644, private rows readable by every user of
+        # the machine), locked while in use and removed with the engine, or after a SIGKILL by the next engine that
+        # makes such a directory (csvcopy.make_dir: DuckDB left its files behind for good)
+        self._spill_gone: weakref.finalize[Any, Any] | None = None
+        if self.settings.temp_directory is not None:
+            self._spill = self.settings.temp_directory
+        else:
+            self._spill = csvcopy.make_dir(None, kind="spill")
+            self._spill_gone = weakref.finalize(self, csvcopy.remove_dir, self._spill, os.getpid())
         if self._owned:  # a caller's connection keeps its own settings: private reads change them and back (_limited)
             self._con.execute("; ".join([  # one call, the statements in this order (each costs a call of its own)
                 "SET enable_progress_bar = false",
@@ -421,6 +429,9 @@ class DuckDBBackend:
             self._csv_gone = None
         if self._owned:
             self._con.close()
+        if self._spill_gone is not None:
+            self._spill_gone()  # (DuckDB removed its own files; a caller's connection may have left some)
+            self._spill_gone = None
 
     def _detail(self, e: BaseException) -> str | None:
         """Only in the owner's debug mode: DuckDB's message scrubbed of literals and numbers;
