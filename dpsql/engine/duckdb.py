@@ -40,6 +40,7 @@ import math
 import os
 import re
 import secrets
+import shutil
 import string
 import threading
 import time
@@ -231,11 +232,10 @@ def _engines_after_fork() -> None:
         engine._lock = _Inherited(engine._pid)
         # the copies of CSV files belong to the parent (which removes them when it closes)
         engine._csv_dir = None
-        for name in ("_csv_gone", "_spill_gone"):
-            gone = getattr(engine, name, None)
-            if gone is not None:
-                gone.detach()  # the parent's (its pid-bound handler would not run here anyway)
-                setattr(engine, name, None)
+        gone = getattr(engine, "_csv_gone", None)
+        if gone is not None:
+            gone.detach()  # the parent's (its pid-bound handler would not run here anyway)
+            engine._csv_gone = None
 
 
 os.register_at_fork(after_in_child=_engines_after_fork)
@@ -357,16 +357,11 @@ class DuckDBBackend:
                 if self._owned:
                     self._con.close()
                 raise
-        # DuckDB's spill files: in the owner's temp_directory, else in a directory of the engine's own, made here (mode
-        # 0700: DuckDB made it with the process's umask, 0755, its files 0644, private rows readable by every user of
-        # the machine), locked while in use and removed with the engine, or after a SIGKILL by the next engine that
-        # makes such a directory (csvcopy.make_dir: DuckDB left its files behind for good)
-        self._spill_gone: weakref.finalize[Any, Any] | None = None
-        if self.settings.temp_directory is not None:
-            self._spill = self.settings.temp_directory
-        else:
-            self._spill = csvcopy.make_dir(None, kind="spill")
-            self._spill_gone = weakref.finalize(self, csvcopy.remove_dir, self._spill, os.getpid())
+        # DuckDB's spill files: in the owner's temp_directory, else in a directory of the engine's own inside the
+        # process's (csvcopy.spill_dir: mode 0700, where DuckDB made its directory with the process's umask, 0755, its
+        # files 0644, private rows readable by every user of the machine; locked while the process lives, swept after
+        # a SIGKILL by the next engine that makes such a directory: DuckDB left its files behind for good)
+        self._spill = self.settings.temp_directory or csvcopy.spill_dir()
         if self._owned:  # a caller's connection keeps its own settings: private reads change them and back (_limited)
             self._con.execute("; ".join([  # one call, the statements in this order (each costs a call of its own)
                 "SET enable_progress_bar = false",
@@ -429,9 +424,8 @@ class DuckDBBackend:
             self._csv_gone = None
         if self._owned:
             self._con.close()
-        if self._spill_gone is not None:
-            self._spill_gone()  # (DuckDB removed its own files; a caller's connection may have left some)
-            self._spill_gone = None
+        if self._owned and self.settings.temp_directory is None:  # (DuckDB removed its files and, mostly, the directory)
+            shutil.rmtree(self._spill, ignore_errors=True)
 
     def _detail(self, e: BaseException) -> str | None:
         """Only in the owner's debug mode: DuckDB's message scrubbed of literals and numbers;
