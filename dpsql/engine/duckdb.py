@@ -54,6 +54,7 @@ import duckdb
 import pyarrow as pa
 from sqlglot import exp
 
+from dpsql import _inherited as inherited
 from dpsql.engine import _duckdb_csv as csvcopy
 from dpsql.engine import _duckdb_native as native
 from dpsql.engine._arrow_post import projection
@@ -230,6 +231,7 @@ def _engines_after_fork() -> None:
         _CONNECTION_LOCKS[con] = threading.RLock()
     for engine in list(_ENGINES):
         engine._lock = _Inherited(engine._pid)
+        inherited.keep(engine)  # its connection (DuckDB's instance) destroyed here would hang or crash the child
         # the copies of CSV files belong to the parent (which removes them when it closes)
         engine._csv_dir = None
         gone = getattr(engine, "_csv_gone", None)

@@ -69,6 +69,7 @@ from typing import Any
 import pyarrow as pa
 from sqlglot import exp
 
+from dpsql import _inherited as inherited
 from dpsql.engine import _duckdb_native as native
 from dpsql.engine._duckdb_sources import (
     DATE_MAX_DAY,
@@ -1541,6 +1542,9 @@ def _engines_after_fork() -> None:
     # parent's (or wait for a reply the parent reads); every inherited engine refuses use, before any charge
     for engine in list(_ENGINES):
         engine._lock = _Inherited(engine._pid, "Spark")
+        # nothing of the parent's is freed here: its post-processing DuckDB, and its py4j proxies (collected, each tells
+        # the parent's JVM to forget its object, through the parent's socket where py4j does not pin threads)
+        inherited.keep(engine)
 
 
 os.register_at_fork(after_in_child=_engines_after_fork)
