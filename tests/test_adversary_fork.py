@@ -132,6 +132,67 @@ def test_a_fork_pool_whose_initializer_replaces_the_modules_session_answers(tmp_
     assert got == {"answered": [7, 7], "entries": 3}
 
 
+REUSE = """
+import json, os, sys, warnings
+import pyarrow as pa
+import dpsql
+warnings.simplefilter("ignore")
+path = sys.argv[1]
+n = 20_000
+t = pa.table({"uid": list(range(n)), "age": [i % 100 for i in range(n)]})
+s = dpsql.Session(ledger=path, budget=dpsql.Budget(10.0), create=True)
+s.register("t", t, privacy_unit="uid", max_rows_per_unit=1, columns={"age": {"bounds": (0, 100), "bins": 100}},
+           version="v1")
+HIST = "SELECT age, COUNT(*) FROM t GROUP BY age"
+WL = ["SELECT COUNT(*) FROM t WHERE age BETWEEN 20 AND 29", "SELECT COUNT(*) FROM t WHERE age BETWEEN 30 AND 39"]
+s.query(HIST, epsilon=0.5)
+s.query_many(WL, epsilon=0.5)
+CALLS = {
+    "histogram": lambda: s.query(HIST, epsilon=0.5),
+    "coarser bins": lambda: s.query("SELECT floor(age / 10) * 10 AS decade, COUNT(*) FROM t GROUP BY decade", epsilon=0.5),
+    "workload": lambda: s.query_many(WL, epsilon=0.5),
+    "explain workload": lambda: s.explain(WL, epsilon=0.5),
+}
+parent = {name: ("reused" if getattr(call(), "reused", True) else "charged") for name, call in CALLS.items()}
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    child = {}
+    before = s.history().num_rows
+    for name, call in CALLS.items():
+        try:
+            call()
+            child[name] = "answered"
+        except Exception as e:
+            child[name] = f"{type(e).__name__}: {e}"
+    child["entries added"] = s.history().num_rows - before
+    os.write(w, json.dumps(child).encode())
+    os._exit(0)
+os.close(w)
+with os.fdopen(r) as f:
+    child = json.loads(f.read())
+os.waitpid(pid, 0)
+print(json.dumps({"parent": parent, "child": child}))
+"""
+
+
+def test_a_synopsis_reuse_in_a_forked_child_is_refused_like_every_query(tmp_path: Path) -> None:
+    """Finding (fixed): on the engine's own connection, a child refused every query but a reuse of a stored DAWA
+    synopsis: a histogram and a workload answered from it (with a ledger entry each), an ``explain`` of the workload
+    answered, and a coarser histogram, whose post-processing check runs in DuckDB, was refused as a QueryTypeError
+    ("cannot be evaluated on the declared key values"), a wrong reason. The engine's check before every request
+    (``check_connection``) now refuses a forked child first, whatever the request reads."""
+    got = _run(REUSE, str(tmp_path / "ledger.duckdb"))
+    assert got["parent"] == {"histogram": "reused", "coarser bins": "reused", "workload": "reused",
+                             "explain workload": "reused"}  # the control: in the parent each is a free reuse
+    child = got["child"]
+    assert isinstance(child, dict)
+    assert child.pop("entries added") == 0
+    for name, outcome in child.items():
+        assert outcome.startswith("ExecutionError: this Session was opened in process "), (name, outcome)
+        assert "nothing was charged" in outcome and "create a new Session in the child" in outcome, (name, outcome)
+
+
 LEDGER_ONLY = """
 import json, os, sys
 import dpsql
@@ -152,3 +213,54 @@ def test_a_child_using_an_inherited_ledger_exits_cleanly(tmp_path: Path) -> None
     ended with ``sys.exit`` was aborted ("terminate called without an active exception", SIGABRT)."""
     got = _run(LEDGER_ONLY, str(tmp_path / "ledger.duckdb"))
     assert got == {"child": 0, "left": "(epsilon=1, delta=0)"}
+
+
+RAW_FORK = """
+import ctypes, json, os, sys
+import duckdb
+import pyarrow as pa
+import dpsql
+path, connection = sys.argv[1], sys.argv[2] == "caller"
+t = pa.table({"uid": list(range(50_000)), "x": [i % 7 for i in range(50_000)]})
+caller = duckdb.connect() if connection else None
+s = dpsql.Session(ledger=path, budget=dpsql.Budget(10.0), create=True, connection=caller)
+s.register("t", t, privacy_unit="uid", columns={"x": {"domain": list(range(7))}})
+Q = "SELECT x, COUNT(*) FROM t GROUP BY x"
+s.query(Q, epsilon=0.1)
+r, w = os.pipe()
+pid = ctypes.PyDLL(None).fork() if sys.argv[3] == "libc" else os.fork()  # libc: a C library's fork, no at-fork hook
+if pid == 0:
+    out = {}
+    for name, call in [("query", lambda: s.query(Q, epsilon=0.1)), ("explain", lambda: s.explain(Q, epsilon=0.1)),
+                       ("register", lambda: s.register("t2", t, privacy_unit="uid"))]:
+        try:
+            call()
+            out[name] = "answered"
+        except Exception as e:
+            out[name] = f"{type(e).__name__}: {e}"
+    out["entries"] = s.history().num_rows
+    os.write(w, json.dumps(out).encode())
+    os._exit(0)
+os.close(w)
+with os.fdopen(r) as f:
+    got = json.loads(f.read())
+os.waitpid(pid, 0)
+print(json.dumps(got))
+"""
+
+
+@pytest.mark.parametrize(("connection", "fork"), [("own", "libc"), ("caller", "libc"), ("caller", "os")])
+def test_a_child_is_refused_whatever_forked_it_and_told_to_open_its_own_connection(
+        tmp_path: Path, connection: str, fork: str) -> None:
+    """Finding (fixed): a fork that runs no at-fork hook (a C library's ``fork()``) left the inherited engine as it
+    was: the child's query was answered and charged on the parent's DuckDB state (or waited for ever where a thread of
+    the parent held the engine's lock). The engine now also compares its process id before every request and every
+    registration. And on a caller's connection the hint says to open a DuckDB connection in the child as well (a new
+    Session on the parent's connection would share the parent's DuckDB state)."""
+    got = _run(RAW_FORK, str(tmp_path / "ledger.duckdb"), connection, fork)
+    assert got.pop("entries") == 1  # the parent's query only
+    for name, outcome in got.items():
+        assert isinstance(outcome, str) and outcome.startswith("ExecutionError: this Session was opened in process "), \
+            (name, outcome)
+        assert "nothing was charged" in outcome and "create a new Session in the child process" in outcome
+        assert ("on a DuckDB connection opened there" in outcome) == (connection == "caller"), (name, outcome)

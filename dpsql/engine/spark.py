@@ -90,7 +90,7 @@ from dpsql.engine.base import (
     view_column,
     with_read_salt,
 )
-from dpsql.engine.duckdb import DuckDBBackend, _Inherited
+from dpsql.engine.duckdb import DuckDBBackend, _Inherited, inherited_refusal
 from dpsql.engine.spark_ops import SPARK, SparkOps, lower_for_spark, spark_type
 from dpsql.errors import ConfigError, ExecutionError, InputUnavailableError, QueryTypeError
 from dpsql.rewrite.render import render
@@ -1512,6 +1512,8 @@ class SparkBackend:
         check is remembered, so such a query was charged and then failed with the generic error. Checked before every
         charge (``catalog.check_sources_unchanged``); a stop during the read is the generic failure (the charge
         stands)."""
+        if self._pid != os.getpid():  # a forked child, also one whose fork ran no at-fork hook: no call to the JVM
+            raise inherited_refusal(self._pid, "Spark")
         with self._lock:  # (in a forked child: refused before any call to the JVM)
             stopped = _stopped(self._spark)
         if stopped:
