@@ -54,6 +54,7 @@ import duckdb
 import pyarrow as pa
 from sqlglot import exp
 
+from dpsql import _inherited as inherited
 from dpsql.engine import _duckdb_csv as csvcopy
 from dpsql.engine import _duckdb_native as native
 from dpsql.engine._arrow_post import projection
@@ -123,17 +124,22 @@ class _Inherited:
 
 
 def inherited_refusal(pid: int, what: str) -> ExecutionError:
-    """The refusal of an engine used in a process forked from the one that opened it (``what``: its kind)."""
+    """The refusal of an engine used in a process forked from the one that opened it (``what``: its kind, "DuckDB",
+    "DuckDB connection" for a caller's connection, or "Spark")."""
     state = {"DuckDB": "DuckDB's state (its connection and worker threads) does not survive fork, so a query here "
                        "could wait for ever",
+             "DuckDB connection": "DuckDB's state (the connection given to it, and DuckDB's worker threads) does not "
+                                  "survive fork, so a query here could wait for ever",
              "Spark": "its connection to Spark's JVM (py4j's sockets) is the parent's, so a call here would be mixed "
                       "up with the parent's"}[what]
     return ExecutionError(
         f"this Session was opened in process {pid} and is used in a process forked from it (multiprocessing's "
         f"'fork' start method, os.fork): {state}; nothing was charged",
-        hint="create a new Session in the child process (with a pool: open it in the pool's initializer, once per "
-        "worker), or start the workers with the 'spawn' or 'forkserver' start method; the ledger file is shared by "
-        "every process",
+        hint="create a new Session in the child process "
+        + ("on a DuckDB connection opened there (the parent's connection shares the parent's DuckDB state) "
+           if what == "DuckDB connection" else "")
+        + "(with a pool: open it in the pool's initializer, once per worker), or start the workers with the 'spawn' "
+        "or 'forkserver' start method; the ledger file is shared by every process",
     )
 
 
@@ -229,7 +235,8 @@ def _engines_after_fork() -> None:
     for con in list(_CONNECTION_LOCKS.keys()):
         _CONNECTION_LOCKS[con] = threading.RLock()
     for engine in list(_ENGINES):
-        engine._lock = _Inherited(engine._pid)
+        engine._lock = _Inherited(engine._pid, "DuckDB" if engine._owned else "DuckDB connection")
+        inherited.keep(engine)  # its connection (DuckDB's instance) destroyed here would hang or crash the child
         # the copies of CSV files belong to the parent (which removes them when it closes)
         engine._csv_dir = None
         gone = getattr(engine, "_csv_gone", None)
@@ -447,6 +454,7 @@ class DuckDBBackend:
         line only, never a data row. A glob is expanded once, here: files added later are
         not read by this registration (each query warns of them: ``catalog.check_sources_unchanged``).
         """
+        self.check_process()
         view = view or source_name(name)
         types = {k.lower(): v for k, v in (types or {}).items()}
         if kind in ("parquet", "csv") and isinstance(source, str) and re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", source):
@@ -1411,12 +1419,20 @@ class DuckDBBackend:
             kept = self._described.pop(id(ast), None)
         return (kept[1], kept[2]) if kept is not None and kept[0] is ast else None
 
+    def check_process(self) -> None:
+        """Refuse (free) use in a process forked from the one that opened the engine, before any statement: also
+        where the fork ran no at-fork hook (a C library's ``fork()``), which left the engine's lock as it was (held,
+        for ever, where another thread of the parent held it)."""
+        if self._pid != os.getpid():
+            raise inherited_refusal(self._pid, "DuckDB" if self._owned else "DuckDB connection")
+
     def check_connection(self) -> None:
         """Refuse (free) a caller's connection on which a private read cannot run: one that logs every statement
         (``log_query_path``, :func:`_refuse_query_log`), or whose settings :meth:`_limited` cannot change
         (``lock_configuration``; ``enable_external_access = false`` forbids changing the temp directory). The
         read sets its limits only after the charge, where such a connection failed every query (nothing
         released). One statement, before every charge (the bind check is remembered, these settings are not)."""
+        self.check_process()  # first: also a request that would not use DuckDB (a synopsis reuse done in Arrow)
         if self._owned:
             return
         failure: ConfigError | None = None

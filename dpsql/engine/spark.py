@@ -69,6 +69,7 @@ from typing import Any
 import pyarrow as pa
 from sqlglot import exp
 
+from dpsql import _inherited as inherited
 from dpsql.engine import _duckdb_native as native
 from dpsql.engine._duckdb_sources import (
     DATE_MAX_DAY,
@@ -89,7 +90,7 @@ from dpsql.engine.base import (
     view_column,
     with_read_salt,
 )
-from dpsql.engine.duckdb import DuckDBBackend, _Inherited
+from dpsql.engine.duckdb import DuckDBBackend, _Inherited, inherited_refusal
 from dpsql.engine.spark_ops import SPARK, SparkOps, lower_for_spark, spark_type
 from dpsql.errors import ConfigError, ExecutionError, InputUnavailableError, QueryTypeError
 from dpsql.rewrite.render import render
@@ -1511,6 +1512,8 @@ class SparkBackend:
         check is remembered, so such a query was charged and then failed with the generic error. Checked before every
         charge (``catalog.check_sources_unchanged``); a stop during the read is the generic failure (the charge
         stands)."""
+        if self._pid != os.getpid():  # a forked child, also one whose fork ran no at-fork hook: no call to the JVM
+            raise inherited_refusal(self._pid, "Spark")
         with self._lock:  # (in a forked child: refused before any call to the JVM)
             stopped = _stopped(self._spark)
         if stopped:
@@ -1541,6 +1544,9 @@ def _engines_after_fork() -> None:
     # parent's (or wait for a reply the parent reads); every inherited engine refuses use, before any charge
     for engine in list(_ENGINES):
         engine._lock = _Inherited(engine._pid, "Spark")
+        # nothing of the parent's is freed here: its post-processing DuckDB, and its py4j proxies (collected, each tells
+        # the parent's JVM to forget its object, through the parent's socket where py4j does not pin threads)
+        inherited.keep(engine)
 
 
 os.register_at_fork(after_in_child=_engines_after_fork)

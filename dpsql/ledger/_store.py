@@ -170,6 +170,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+from dpsql import _inherited as inherited
 from dpsql.budget import Budget, compose_counted, counted_remaining, exact_counted_sum_fits
 from dpsql.errors import BudgetExceededError, ConfigError, LedgerBusyError, LedgerError, interrupted_by_signal
 from dpsql.interrupts import HeldInterrupt as _HeldInterrupt
@@ -307,6 +308,9 @@ def _reset_after_fork() -> None:
             pass
     if old.base is not None:
         _INHERITED_ATTACHED.update(path for path, _key in old.attached.values())
+    for con in (old.base, old.memory):  # a module's list is emptied at interpreter exit: the instance then destroyed
+        if con is not None:
+            inherited.keep(con)
     _FORGOTTEN.append(old)
     _STATE = _ProcessState()
 
