@@ -53,8 +53,8 @@ def _spill_dirs(root: Path) -> list[str]:
     return sorted(glob.glob(str(root / "dpsql-spill-*")))
 
 
-def _run(code: str, root: Path, **kw: object) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code), str(root)], capture_output=True, text=True,
+def _run(code: str, root: Path, *args: str, **kw: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code), str(root), *args], capture_output=True, text=True,
                           timeout=180, **kw)  # type: ignore[call-overload]
 
 
@@ -105,3 +105,92 @@ def test_the_owners_temp_directory_is_used_as_it_is(tmp_path: Path) -> None:
     assert s._engine._spill == str(spill)
     s.close()
     assert _spill_dirs(tmp_path) == []
+
+
+CLEANED = """
+import fcntl, json, os, shutil, stat, sys, tempfile
+import numpy as np, pyarrow as pa
+import dpsql
+tempfile.tempdir = sys.argv[1]
+how = sys.argv[2]
+s = dpsql.Session(budget=dpsql.Budget(10.0, 1e-5), engine={"memory_limit": "60MB", "threads": 1, "max_text_bytes": 3000})
+n = 3_000_000
+s.register("t", pa.table({"uid": np.arange(n), "k": np.arange(n) % 100_000}), privacy_unit="uid")
+d = s._engine._spill
+proc = os.path.dirname(d)
+out = {}
+def query():
+    try:
+        s.query("SELECT k, COUNT(*) FROM t GROUP BY k", epsilon=1.0, delta=1e-6)
+        return "answered"
+    except dpsql.errors.DPSQLError as e:
+        return type(e).__name__
+if how != "before":
+    out["first"] = query()
+    out["spilled"] = os.path.isdir(d) and bool(os.listdir(d))
+if how == "files":  # a cleaner running as root: the old files and then their empty directory, not the locked one
+    shutil.rmtree(d)
+else:  # a cleaner that does not honour the lock: the whole process directory
+    shutil.rmtree(proc)
+planted = os.path.join(sys.argv[1], "elsewhere")
+if how == "plant":  # the name taken meanwhile by a directory anyone may write (as another user would make it)
+    os.mkdir(proc)
+    os.chmod(proc, 0o777)
+elif how == "symlink":
+    os.mkdir(planted)
+    os.chmod(planted, 0o777)
+    os.symlink(planted, proc)
+spent = s.remaining()
+out["after"] = query()
+out["charged"] = s.remaining() != spent
+out["mode"] = oct(stat.S_IMODE(os.stat(proc, follow_symlinks=False).st_mode))
+try:
+    fd = os.open(proc, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        out["locked"] = False
+    except OSError:
+        out["locked"] = True
+    os.close(fd)
+except OSError:
+    out["locked"] = None
+out["in_planted"] = sorted(os.listdir(proc if how == "plant" else planted)) if how in ("plant", "symlink") else []
+t = dpsql.Session(budget=dpsql.Budget(1.0))
+out["new_parent"] = os.path.dirname(t._engine._spill) != proc
+out["new_mode"] = oct(stat.S_IMODE(os.stat(os.path.dirname(t._engine._spill)).st_mode))
+print(json.dumps(out), flush=True)
+"""
+
+
+@pytest.mark.parametrize("how", ["before", "after", "files"])
+def test_a_process_directory_removed_by_a_cleaner_is_made_again_before_the_charge(tmp_path: Path, how: str) -> None:
+    """A temporary-file cleaner that does not honour locks (tmpwatch, tmpreaper: by age, as root) removed the process's
+    spill directory (or only the files and the engine's directory inside it) while the process lived: DuckDB makes
+    no directory above its own, nor its own again once it made it, so every later query of that engine that spilled
+    failed after its charge (the charge stands). Before each charge the directory is found removed and made again
+    under its name (mode 0700, locked), with the engine's own where DuckDB had made it; the query is answered."""
+    r = _run(CLEANED, tmp_path, how)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout)
+    assert out.get("first", "answered") == "answered" and out.get("spilled", True), out  # (it did spill)
+    assert out["after"] == "answered" and out["charged"], out
+    assert out["mode"] == "0o700" and out["locked"] is True, out
+    assert _spill_dirs(tmp_path) == []  # removed at the exit all the same
+
+
+@pytest.mark.parametrize("how", ["plant", "symlink"])
+def test_a_process_directory_name_taken_after_a_cleaner_is_refused_for_free(tmp_path: Path, how: str) -> None:
+    """Once a cleaner removed the process's spill directory its name is free (and shown in the temporary directory's
+    listing): a directory made there by another user (mode 0777), or a symlink to one, received DuckDB's spill files
+    (0644 under the usual umask: private rows readable by that user), as did every new Session of the process (its
+    check was ``os.path.isdir``, which follows a symlink). The query is refused before the charge, nothing is written
+    there, and a new Session makes a directory of its own. Negative control: the same queries are answered where the
+    name was left free (test above)."""
+    r = _run(CLEANED, tmp_path, how)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout)
+    assert out["first"] == "answered" and out["spilled"], out
+    assert out["after"] == "ConfigError" and not out["charged"], out
+    assert out["in_planted"] == [], out
+    assert out["new_parent"] and out["new_mode"] == "0o700", out
+

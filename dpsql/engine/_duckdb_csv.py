@@ -340,7 +340,15 @@ def remove_dir(path: str | None, pid: int | None = None) -> None:
     forked child ending normally runs its parent's exit handlers, and must not take the parent's
     copies)."""
     if path is not None and (pid is None or os.getpid() == pid):
-        shutil.rmtree(path, ignore_errors=True)
+        with _OWN_MUTEX:
+            held = _OWN.get(path)
+        try:
+            st = os.stat(path, follow_symlinks=False)
+            ours = held is None or (st.st_dev, st.st_ino) == (held[1], held[2])
+        except OSError:
+            ours = False
+        if ours:  # (not a directory made under its name by someone else after a cleaner removed this one)
+            shutil.rmtree(path, ignore_errors=True)
         with _OWN_MUTEX:
             held = _OWN.pop(path, None)
         if held is not None:
@@ -365,11 +373,79 @@ def spill_dir() -> str:
     if _SPILL is not None and _SPILL[0] != os.getpid():  # a forked child: the parent's is the parent's
         _SPILL, _SPILL_MUTEX = None, threading.Lock()
     with _SPILL_MUTEX:
-        if _SPILL is None or not os.path.isdir(_SPILL[1]):
+        if _SPILL is None or not _kept(_SPILL[1]):
             made = make_dir(None, kind="spill")
             atexit.register(remove_dir, made, os.getpid())
             _SPILL = (os.getpid(), made)
         return os.path.join(_SPILL[1], secrets.token_hex(8))
+
+
+def keep_spill(path: str, used: bool) -> bool:
+    """Whether an engine's spill directory ``path`` (:func:`spill_dir`) can take DuckDB's files, checked before every
+    charge: its process's directory is still the one this process locked under that name, or, removed meanwhile (a
+    temporary-file cleaner that does not honour the lock, such as tmpwatch or tmpreaper), is made again under it
+    (:func:`_kept`); with ``used`` (DuckDB made ``path`` at an earlier spill: it makes it once, never again) ``path``
+    too, mode 0700, where a cleaner removed it. False where something else holds the process directory's name (a
+    directory of another user, a symlink): DuckDB would spill into it, and the caller refuses the query."""
+    with _SPILL_MUTEX:
+        if not _kept(os.path.dirname(path)):
+            return False
+        if used:
+            try:
+                os.mkdir(path, 0o700)
+            except FileExistsError:
+                pass
+            except OSError:
+                return False
+    return True
+
+
+def _kept(path: str) -> bool:
+    """Whether this process's directory ``path`` (:func:`make_dir`) can still be used: the directory it locked under that
+    name (not a symlink, nor another directory made under the name), or, removed meanwhile, made again under it as
+    :func:`make_dir` makes one (mode 0700 under a first name, locked, then renamed: a rename onto a name taken
+    meanwhile by another user's directory, a symlink or a file fails). A directory made without a lock (no ``flock``
+    on this system or file system): whether it is a directory, as before."""
+    with _OWN_MUTEX:
+        held = _OWN.get(path)
+    if held is None or fcntl is None:
+        return os.path.isdir(path)
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return False
+    else:
+        return (st.st_dev, st.st_ino) == (held[1], held[2])
+    parent, name = os.path.split(path)
+    try:
+        first = tempfile.mkdtemp(prefix=name.rsplit("-", 1)[0] + "-", dir=parent)
+    except OSError:
+        return False
+    try:
+        fd = os.open(first, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        shutil.rmtree(first, ignore_errors=True)
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        st = os.fstat(fd)
+        with _OWN_MUTEX:
+            _OWN[path] = (fd, st.st_dev, st.st_ino)  # before the rename: a sweep of this process skips it
+        os.rename(first, path)
+    except OSError:
+        with _OWN_MUTEX:
+            if _OWN.get(path, (None,))[0] == fd:
+                _OWN[path] = held  # (its descriptor still closed at the exit)
+        os.close(fd)
+        shutil.rmtree(first, ignore_errors=True)
+        return False
+    try:
+        os.close(held[0])  # the removed directory's lock
+    except OSError:
+        pass
+    return True
 
 
 def _remove(path: str) -> None:

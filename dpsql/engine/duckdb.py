@@ -369,6 +369,7 @@ class DuckDBBackend:
         # files 0644, private rows readable by every user of the machine; locked while the process lives, swept after
         # a SIGKILL by the next engine that makes such a directory: DuckDB left its files behind for good)
         self._spill = self.settings.temp_directory or csvcopy.spill_dir()
+        self._spill_used = False  # whether DuckDB made the engine's spill directory (it makes it once: _check_spill)
         if self._owned:  # a caller's connection keeps its own settings: private reads change them and back (_limited)
             self._con.execute("; ".join([  # one call, the statements in this order (each costs a call of its own)
                 "SET enable_progress_bar = false",
@@ -1138,6 +1139,9 @@ class DuckDBBackend:
                 if interrupted_by_signal(e):  # Ctrl-C while an Arrow source was scanned: a KeyboardInterrupt
                     raise KeyboardInterrupt from None
                 failure = private_failure(what, self._detail(e), self.settings)
+            finally:
+                if not self._spill_used and self.settings.temp_directory is None:  # (DuckDB made it if it spilled)
+                    self._spill_used = os.path.isdir(self._spill)
         assert failure is not None
         raise failure
 
@@ -1426,6 +1430,25 @@ class DuckDBBackend:
         if self._pid != os.getpid():
             raise inherited_refusal(self._pid, "DuckDB" if self._owned else "DuckDB connection")
 
+    def _check_spill(self) -> None:
+        """Before every charge: the engine's spill directory can take DuckDB's files (``csvcopy.keep_spill``). A
+        temporary-file cleaner that does not honour the process directory's lock may have removed it (or the files and
+        the engine's directory inside it) while the process lived: DuckDB makes no directory above its own, nor its own
+        again once made, so every later query that spilled failed after its charge. It is made again under its name;
+        where something else took that name meanwhile (another user's directory, a symlink), which would have received
+        the spill files, the query is refused (free)."""
+        if self.settings.temp_directory is not None:
+            return
+        self._spill_used = self._spill_used or os.path.isdir(self._spill)
+        if not csvcopy.keep_spill(self._spill, self._spill_used):
+            raise ConfigError(
+                f"the directory of this process for DuckDB's spill files ({os.path.dirname(self._spill)}) was removed "
+                "while in use, and something else now has its name, where the spill files of private rows could be "
+                "read by others; nothing was charged",
+                hint="open a new Session (its engine makes a directory of its own), keep temporary-file cleaners from "
+                     "removing locked directories (systemd-tmpfiles leaves them), or set the engine's temp_directory to "
+                     "a directory of the data owner's")
+
     def check_connection(self) -> None:
         """Refuse (free) a caller's connection on which a private read cannot run: one that logs every statement
         (``log_query_path``, :func:`_refuse_query_log`), or whose settings :meth:`_limited` cannot change
@@ -1433,6 +1456,7 @@ class DuckDBBackend:
         read sets its limits only after the charge, where such a connection failed every query (nothing
         released). One statement, before every charge (the bind check is remembered, these settings are not)."""
         self.check_process()  # first: also a request that would not use DuckDB (a synopsis reuse done in Arrow)
+        self._check_spill()
         if self._owned:
             return
         failure: ConfigError | None = None
