@@ -194,3 +194,34 @@ def test_a_process_directory_name_taken_after_a_cleaner_is_refused_for_free(tmp_
     assert out["in_planted"] == [], out
     assert out["new_parent"] and out["new_mode"] == "0o700", out
 
+
+OWNER = """
+import json, os, stat, sys
+import numpy as np, pyarrow as pa
+import dpsql
+spill = os.path.join(sys.argv[1], "owner", "spill")
+s = dpsql.Session(budget=dpsql.Budget(10.0, 1e-5), engine={"temp_directory": spill, "memory_limit": "60MB", "threads": 1,
+                                                         "max_text_bytes": 3000})
+n = 3_000_000
+s.register("t", pa.table({"uid": np.arange(n), "k": np.arange(n) % 100_000}), privacy_unit="uid")
+spent = s.remaining()
+try:
+    s.query("SELECT k, COUNT(*) FROM t GROUP BY k", epsilon=1.0, delta=1e-6)
+    out = {"answered": True}
+except dpsql.errors.DPSQLError as e:
+    out = {"answered": False, "error": type(e).__name__}
+out["charged"] = s.remaining() != spent
+out["mode"] = oct(stat.S_IMODE(os.stat(spill).st_mode)) if os.path.isdir(spill) else None
+print(json.dumps(out), flush=True)
+"""
+
+
+def test_an_owners_temp_directory_is_made_private_with_the_directories_above_it(tmp_path: Path) -> None:
+    """An owner's ``temp_directory`` that does not exist yet was left for DuckDB to make at the first spill: DuckDB
+    makes no directory above it (``/var/tmp/dpsql/spill`` with no ``/var/tmp/dpsql``: every query that spilled failed
+    after its charge, though the start-up check accepted it as one that can be made), and made it with the umask
+    (0755, its files 0644: private rows readable by every user). The engine makes it at its start, mode 0700."""
+    r = _run(OWNER, tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout)
+    assert out == {"answered": True, "charged": True, "mode": "0o700"}, out

@@ -1664,7 +1664,8 @@ def _csv_delimiter(source: str) -> str:
 def _check_spill_dir(path: str) -> None:
     """Refuse, before anything is charged, an owner's ``temp_directory`` that cannot be a directory (it, or
     a directory above it, is a file) or cannot be made in its nearest existing directory: every read of a
-    CSV table (whose copies go there) and every query that spills failed after its charge."""
+    CSV table (whose copies go there) and every query that spills failed after its charge. Then make it where it is
+    missing (mode 0700, the directories above it too)."""
     p = os.path.abspath(path)
     while not os.path.lexists(p):
         p = os.path.dirname(p)
@@ -1673,6 +1674,16 @@ def _check_spill_dir(path: str) -> None:
         raise ConfigError(f"engine setting temp_directory {path!r} cannot be used: {p} {why}; nothing was charged",
                           hint="the data owner sets temp_directory to a directory the engine can create and write, e.g. "
                           "temp_directory = \"/var/tmp/dpsql\" under [engine], or removes it (the system's temporary directory)")
+    # made here, mode 0700, with the directories above it where missing: DuckDB makes it at its first spill with the
+    # process's umask (0755, its files 0644: private rows readable by every user), and none above it (every query that
+    # spilled failed after its charge)
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"engine setting temp_directory {path!r} cannot be used: it cannot be made "
+                          f"({e.strerror or type(e).__name__}); nothing was charged",
+                          hint="the data owner sets temp_directory to a directory the engine can create and write, e.g. "
+                          "temp_directory = \"/var/tmp/dpsql\" under [engine], or removes it (the system's temporary directory)") from None
 
 
 def _sql_str(value: str) -> str:
