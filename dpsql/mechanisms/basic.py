@@ -37,11 +37,13 @@ from __future__ import annotations
 import decimal
 import itertools
 import math
+import re
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from sqlglot import exp
 
 from dpsql.budget import Budget, share_of
 from dpsql.errors import ConfigError, PolicyError
@@ -144,12 +146,37 @@ def calibrate(plan: ir.QueryPlan, epsilon: float, delta: float, caps: Caps, nois
     )
 
 
+_ARROW_TYPES = {"TINYINT": pa.int8(), "SMALLINT": pa.int16(), "INTEGER": pa.int32(), "BIGINT": pa.int64(),
+                "UTINYINT": pa.uint8(), "USMALLINT": pa.uint16(), "UINTEGER": pa.uint32(), "UBIGINT": pa.uint64(),
+                "HUGEINT": pa.decimal128(38, 0),
+                "FLOAT": pa.float32(), "DOUBLE": pa.float64(), "DATE": pa.date32(), "BOOLEAN": pa.bool_()}
+_DECIMAL = re.compile(r"DECIMAL\((\d+),\s*(\d+)\)")
+
+
+def _column_arrow_type(plan: ir.QueryPlan, key: ir.GroupKey) -> pa.DataType | None:
+    """The Arrow type DuckDB gives the key column (a plain column's declared type), if simple."""
+    if not isinstance(key.expr, exp.Column):
+        return None
+    return sql_arrow_type(plan.table.schema.get(key.expr.name.lower()) or "")
+
+
+def sql_arrow_type(sql_type: str) -> pa.DataType | None:
+    """The Arrow type DuckDB gives a column of ``sql_type``, if simple (else None)."""
+    t = sql_type.upper()
+    m = _DECIMAL.fullmatch(t)
+    if m:
+        return pa.decimal128(int(m.group(1)), int(m.group(2)))
+    return _ARROW_TYPES.get(t)
+
+
 def _domain_table(plan: ir.QueryPlan, like: pa.Table) -> pa.Table:
     combos = list(itertools.product(*[k.domain or () for k in plan.keys]))
     cols = {}
     for i, k in enumerate(plan.keys):
         vals = [c[i] for c in combos]
-        typ = like.schema.field(k.name).type if k.name in like.column_names else None
+        # typed as the key column (a DECIMAL(12,1) key's 0.1 is DECIMAL(12,1), spelled '0.1' as its released values
+        # are, not DECIMAL(1,1) '.1', which post-processing comparing the spellings found in no listed key)
+        typ = like.schema.field(k.name).type if k.name in like.column_names else _column_arrow_type(plan, k)
         if typ is not None and pa.types.is_decimal(typ):  # HUGEINT / DECIMAL keys: exact, whatever their size
             vals = _exact_integers(vals)
         try:
@@ -160,6 +187,19 @@ def _domain_table(plan: ir.QueryPlan, like: pa.Table) -> pa.Table:
             except OverflowError:  # integers beyond int64 (a HUGEINT domain): exact decimals
                 cols[k.name] = pa.array(_exact_integers(vals))
     return pa.table(cols)
+
+
+def typed_array(vals: list[Any], typ: pa.DataType | None) -> pa.Array:
+    """``vals`` as an Arrow array of ``typ`` where they convert to it, else of the type Arrow infers."""
+    if typ is not None:
+        try:
+            return pa.array(_exact_integers(vals) if pa.types.is_decimal(typ) else vals, type=typ)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
+            pass
+    try:
+        return pa.array(vals)
+    except OverflowError:  # integers beyond int64 (a HUGEINT domain): exact decimals
+        return pa.array(_exact_integers(vals))
 
 
 def _exact_integers(vals: list[Any]) -> list[Any]:

@@ -19,7 +19,6 @@ listed (stated in the notes). HAVING, ORDER BY and LIMIT run over it as post-pro
 from __future__ import annotations
 
 import itertools
-import re
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -28,7 +27,7 @@ from sqlglot import exp
 from dpsql.budget import Budget
 from dpsql.engine.base import SqlOps
 from dpsql.mechanisms.base import Description, MechanismName, Released, Request
-from dpsql.mechanisms.basic import _exact_integers
+from dpsql.mechanisms.basic import _column_arrow_type, _exact_integers
 from dpsql.plan import ir
 from dpsql.rewrite.bound import Caps
 
@@ -43,24 +42,6 @@ class DomainCalibration:
         for k in self.plan.keys:
             n *= len(k.domain or ())
         return n
-
-
-_ARROW_TYPES = {"TINYINT": pa.int8(), "SMALLINT": pa.int16(), "INTEGER": pa.int32(), "BIGINT": pa.int64(),
-                "UTINYINT": pa.uint8(), "USMALLINT": pa.uint16(), "UINTEGER": pa.uint32(), "UBIGINT": pa.uint64(),
-                "HUGEINT": pa.decimal128(38, 0),
-                "FLOAT": pa.float32(), "DOUBLE": pa.float64(), "DATE": pa.date32(), "BOOLEAN": pa.bool_()}
-_DECIMAL = re.compile(r"DECIMAL\((\d+),\s*(\d+)\)")
-
-
-def _column_arrow_type(plan: ir.QueryPlan, key: ir.GroupKey) -> pa.DataType | None:
-    """The Arrow type DuckDB gives the key column (a plain column's declared type), if simple."""
-    if not isinstance(key.expr, exp.Column):
-        return None
-    t = (plan.table.schema.get(key.expr.name.lower()) or "").upper()
-    m = _DECIMAL.fullmatch(t)
-    if m:
-        return pa.decimal128(int(m.group(1)), int(m.group(2)))
-    return _ARROW_TYPES.get(t)
 
 
 def domain_table(plan: ir.QueryPlan) -> pa.Table:

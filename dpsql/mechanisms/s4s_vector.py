@@ -237,6 +237,7 @@ from dpsql.engine.base import SqlOps
 from dpsql.errors import ConfigError, PolicyError, UnsupportedQueryError
 from dpsql.mechanisms import _s4s_socp as socp
 from dpsql.mechanisms.base import Description, MechanismName, Released, Request
+from dpsql.mechanisms.basic import sql_arrow_type, typed_array
 from dpsql.mechanisms.s4s_sql import JOIN_DIALECTS, bias_direction
 from dpsql.noise import (
     NoiseSource,
@@ -1036,7 +1037,8 @@ class VectorJoinMechanism:
         import itertools
 
         combos = sorted(itertools.product(*[k.domain or () for k in cal.jp.keys]))
-        return pa.table({k.name: pa.array([c[i] for c in combos]) for i, k in enumerate(cal.jp.keys)})
+        return pa.table({k.name: typed_array([c[i] for c in combos], sql_arrow_type(k.sql_type or ""))
+                         for i, k in enumerate(cal.jp.keys)})
 
     def check_public(self, cal: VectorCalibration, engine: Any) -> None:
         """Before any charge: with a key set read from a public table, count its keys (public rows only)
