@@ -259,29 +259,39 @@ def make_dir(parent: str | None, until: float | None = None, kind: str = "csv") 
         return tempfile.mkdtemp(prefix=f"dpsql-{kind}-{os.getpid()}-", dir=parent)
     sweep(tempfile.gettempdir() if parent is None else parent, until)  # (about 0.03 ms; 6 ms over 10 000 entries)
     first = tempfile.mkdtemp(prefix=f"dpsql-{kind}-{os.getpid()}-", dir=parent)
+    final = os.path.join(os.path.dirname(first), f"dpsql-{kind}-{os.getpid()}-{secrets.token_hex(8)}")
     try:
-        fd = os.open(first, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError:
+        _lock_and_rename(first, final)
+    except OSError:  # no lock on this file system (or the rename failed): unlocked, under the first name
         return first
+    return final
+
+
+def _lock_and_rename(first: str, final: str) -> None:
+    """Lock the new directory ``first`` (this process's from now on: :data:`_OWN` under ``final``, before the rename,
+    so that a sweep of this process skips it) and rename it ``final``; a rename onto a name taken meanwhile by another
+    user's directory, a symlink or a file fails. On failure (``OSError``) nothing is held and what :data:`_OWN` held
+    under ``final`` before is kept."""
+    fd = os.open(first, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         st = os.fstat(fd)
-        final = os.path.join(os.path.dirname(first), f"dpsql-{kind}-{os.getpid()}-{secrets.token_hex(8)}")
         with _OWN_MUTEX:
-            _OWN[final] = (fd, st.st_dev, st.st_ino)  # before the rename: a sweep of this process skips it
+            before = _OWN.get(final)
+            _OWN[final] = (fd, st.st_dev, st.st_ino)
         try:
             os.rename(first, final)
         except BaseException:
             with _OWN_MUTEX:
-                _OWN.pop(final, None)
+                if _OWN.get(final, (None,))[0] == fd:
+                    if before is None:
+                        del _OWN[final]
+                    else:
+                        _OWN[final] = before  # (its descriptor still closed at the exit)
             raise
-    except OSError:  # no lock on this file system (or the rename failed): unlocked, under the first name
-        os.close(fd)
-        return first
     except BaseException:
         os.close(fd)
         raise
-    return final
 
 
 def sweep(parent: str, until: float | None = None) -> int:
@@ -424,21 +434,8 @@ def _kept(path: str) -> bool:
     except OSError:
         return False
     try:
-        fd = os.open(first, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        _lock_and_rename(first, path)
     except OSError:
-        shutil.rmtree(first, ignore_errors=True)
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        st = os.fstat(fd)
-        with _OWN_MUTEX:
-            _OWN[path] = (fd, st.st_dev, st.st_ino)  # before the rename: a sweep of this process skips it
-        os.rename(first, path)
-    except OSError:
-        with _OWN_MUTEX:
-            if _OWN.get(path, (None,))[0] == fd:
-                _OWN[path] = held  # (its descriptor still closed at the exit)
-        os.close(fd)
         shutil.rmtree(first, ignore_errors=True)
         return False
     try:
