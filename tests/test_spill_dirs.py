@@ -25,8 +25,8 @@ import os, signal, sys, tempfile, threading, time
 import numpy as np, pyarrow as pa
 import dpsql
 tempfile.tempdir = sys.argv[1]
-s = dpsql.Session(budget=dpsql.Budget(10.0, 1e-5), engine={"memory_limit": "60MB", "threads": 1, "max_text_bytes": 4000})
-n = 3_000_000
+s = dpsql.Session(budget=dpsql.Budget(10.0, 1e-5), engine={"memory_limit": "16MB", "threads": 1, "max_text_bytes": 1000})
+n = 600_000  # (spills under 16 MB: a GROUP BY of 100 000 keys)
 s.register("t", pa.table({"uid": np.arange(n), "k": np.arange(n) % 100_000}), privacy_unit="uid")
 d = s._engine._spill
 print(d, flush=True)
@@ -113,8 +113,8 @@ import numpy as np, pyarrow as pa
 import dpsql
 tempfile.tempdir = sys.argv[1]
 how = sys.argv[2]
-s = dpsql.Session(budget=dpsql.Budget(10.0, 1e-5), engine={"memory_limit": "60MB", "threads": 1, "max_text_bytes": 3000})
-n = 3_000_000
+s = dpsql.Session(budget=dpsql.Budget(10.0, 1e-5), engine={"memory_limit": "16MB", "threads": 1, "max_text_bytes": 1000})
+n = 600_000  # (spills under 16 MB: a GROUP BY of 100 000 keys)
 s.register("t", pa.table({"uid": np.arange(n), "k": np.arange(n) % 100_000}), privacy_unit="uid")
 d = s._engine._spill
 proc = os.path.dirname(d)
@@ -200,9 +200,9 @@ import json, os, stat, sys
 import numpy as np, pyarrow as pa
 import dpsql
 spill = os.path.join(sys.argv[1], "owner", "spill")
-s = dpsql.Session(budget=dpsql.Budget(10.0, 1e-5), engine={"temp_directory": spill, "memory_limit": "60MB", "threads": 1,
-                                                         "max_text_bytes": 3000})
-n = 3_000_000
+s = dpsql.Session(budget=dpsql.Budget(10.0, 1e-5), engine={"temp_directory": spill, "memory_limit": "16MB", "threads": 1,
+                                                         "max_text_bytes": 1000})
+n = 600_000  # (spills under 16 MB: a GROUP BY of 100 000 keys)
 s.register("t", pa.table({"uid": np.arange(n), "k": np.arange(n) % 100_000}), privacy_unit="uid")
 spent = s.remaining()
 try:
