@@ -47,31 +47,36 @@ def post_ast(
     pairs carried along unchanged. ``total=True`` evaluates every computed output, HAVING and
     ORDER BY expression under TRY (after the charge); the free checks run it without TRY."""
 
-    def t(e: exp.Expression) -> exp.Expression:
-        e = _guard_shifts(_guard_divisors(e.copy()))
+    def t(e: exp.Expression, *, own: bool = False) -> exp.Expression:
+        # (``own``: ``e`` is a copy of this query's own already; the plan's expressions are copied once, here: a
+        # condition of a long IN list is most of the query's nodes)
+        e = _guard_shifts(_guard_divisors(e if own else e.copy()))
         if not total or isinstance(e, (exp.Column, exp.Literal)):
             return e
         return exp.Try(this=e)
+
+    def boolean(e: exp.Expression) -> exp.Expression:
+        return exp.cast(e.copy(), "BOOLEAN", copy=False)
 
     having = None
     if plan.having is not None:
         # a condition that is not BOOLEAN (a text key: HAVING g) is cast by DuckDB implicitly, around
         # the TRY: made explicit, the cast is inside it ('2' is no boolean: NULL, the row is dropped)
-        having = t(exp.cast(plan.having, "BOOLEAN") if total else plan.having)
+        having = t(boolean(plan.having), own=True) if total else t(plan.having)
     lift = _windows(plan, t)
     lifted: Callable[[exp.Expression], exp.Expression] = lambda e: e  # noqa: E731
     if lift is not None:  # windows: computed over the released rows after HAVING, then read as columns
         columns, lifted = lift
         inner = exp.select(exp.Star(), *columns).from_(rel)
-        rel = (inner.where(having) if having is not None else inner).subquery("__windowed")
+        rel = (inner.where(having, copy=False) if having is not None else inner).subquery("__windowed", copy=False)
         having = None
         if plan.qualify is not None:
-            having = t(lifted(exp.cast(plan.qualify, "BOOLEAN") if total else plan.qualify))
-    items = [exp.alias_(t(lifted(o.expr)), o.name, quoted=True) for o in plan.outputs]
-    items += [exp.alias_(exp.column(col), alias, quoted=True) for col, alias in hidden]
-    q = exp.select(*items).from_(rel)
+            having = t(lifted(boolean(plan.qualify) if total else plan.qualify))
+    items = [exp.alias_(t(lifted(o.expr)), o.name, quoted=True, copy=False) for o in plan.outputs]
+    items += [exp.alias_(exp.column(col), alias, quoted=True, copy=False) for col, alias in hidden]
+    q = exp.select(*items, copy=False).from_(rel, copy=False)
     if having is not None:
-        q = q.where(having)
+        q = q.where(having, copy=False)
     order = []
     for o in plan.order:
         o2 = o.copy()
@@ -79,11 +84,11 @@ def post_ast(
         order.append(o2)
     order += [exp.Ordered(this=exp.column(k.name)) for k in plan.keys]
     if order:
-        q = q.order_by(*order)
+        q = q.order_by(*order, copy=False)
     if plan.limit is not None:
-        q = q.limit(plan.limit)
+        q = q.limit(plan.limit, copy=False)
     if plan.offset is not None:
-        q = q.offset(plan.offset)
+        q = q.offset(plan.offset, copy=False)
     return q
 
 
@@ -426,7 +431,7 @@ def _check_on_keys(backend: _Runs, plan: ir.QueryPlan, aggregate_types: dict[str
         typ = aggregate_types.get(a.name)
         values[a.name] = pa.array([0] * n, _PLACEHOLDER_TYPES[typ]) if typ in _PLACEHOLDER_TYPES else pa.array([0.0] * n, pa.float64())
     try:
-        backend.post_process(pa.table(values), lambda rel: post_ast(plan, exp.to_table(rel), []))
+        out = backend.post_process(pa.table(values), lambda rel: post_ast(plan, exp.to_table(rel), []))
         _check_window_sums(backend, plan, exp.to_table, pa.table(values))
     except ExecutionError:
         named = _window_failure(backend, plan, exp.to_table, pa.table(values))
@@ -436,16 +441,23 @@ def _check_on_keys(backend: _Runs, plan: ir.QueryPlan, aggregate_types: dict[str
             "the query's outputs, HAVING or ORDER BY cannot be evaluated on the declared key values; nothing was charged",
             hint="check casts and arithmetic over the GROUP BY keys (e.g. CAST(key AS INTEGER) on text keys)",
         ) from None
-    on_keys = _keys_only(plan)
-    if on_keys is not None and plan.aggregates:
+    kept, every = _key_conjuncts(plan)
+    if kept and plan.aggregates:
         # the release lists the declared keys the WHERE's conditions on them (and HAVING's on the keys alone) keep:
         # when they keep none, it has no row whatever the data, and would be charged for nothing (as a range histogram
         # whose WHERE keeps no bin, LIMIT 0)
         # evaluated as the release evaluates them (under TRY): a key on which a condition fails (CAST(c AS INTEGER) on
-        # 'x') is dropped there, the others kept
-        only = dataclasses.replace(plan, having=on_keys, order=[], qualify=None, limit=None, offset=None)
-        kept = backend.post_process(pa.table(values), lambda rel: post_ast(only, exp.to_table(rel), [], total=True))
-        if kept.num_rows == 0:
+        # 'x') is dropped there, the others kept. Where they are the whole HAVING, with no window, QUALIFY, LIMIT or
+        # OFFSET, the run above kept exactly those keys: it evaluated the same condition on every key without a
+        # failure, so under TRY each is the same value (a long IN list's condition is then run once, not twice)
+        if len(kept) == len(every) and plan.qualify is None and not _located_windows(plan) and plan.limit is None \
+                and plan.offset is None:
+            rows = out.num_rows
+        else:
+            only = dataclasses.replace(plan, having=exp.and_(*[c.copy() for c in kept], copy=False), order=[],
+                                       qualify=None, limit=None, offset=None)
+            rows = backend.post_process(pa.table(values), lambda rel: post_ast(only, exp.to_table(rel), [], total=True)).num_rows
+        if rows == 0:
             # the released keys' values (a declared domain, or a range histogram's bin labels, which no domain lists)
             listed = {k.name: list(dict.fromkeys(key_domain.column(k.name).to_pylist())) for k in plan.keys}
             domains = "; ".join(f"{k.sql}: {', '.join(repr(v) if isinstance(v, str) else str(v) for v in listed[k.name][:5])}"
@@ -462,9 +474,10 @@ def _check_on_keys(backend: _Runs, plan: ir.QueryPlan, aggregate_types: dict[str
                 "count such rows (its keys are then released above a noisy threshold)")
 
 
-def _keys_only(plan: ir.QueryPlan) -> exp.Expression | None:
-    """The conjuncts of the HAVING (the WHERE's conditions on declared keys included, which the analysis moves there) that read
-    the released keys alone, no aggregate nor window: whether a declared key passes them is public."""
+def _key_conjuncts(plan: ir.QueryPlan) -> tuple[list[exp.Expression], list[exp.Expression]]:
+    """The conjuncts of the HAVING (the WHERE's conditions on declared keys included, which the analysis moves there)
+    that read the released keys alone, no aggregate nor window (whether a declared key passes them is public), and
+    all its conjuncts."""
     keys = {k.name for k in plan.keys}
 
     def conjuncts(e: exp.Expression | None) -> list[exp.Expression]:
@@ -477,7 +490,7 @@ def _keys_only(plan: ir.QueryPlan) -> exp.Expression | None:
     conj = conjuncts(plan.having)
     kept = [c for c in conj if (cols := list(c.find_all(exp.Column))) and all(x.name in keys for x in cols)
             and not any(isinstance(n, (exp.Window, exp.AggFunc)) for n in c.walk())]
-    return exp.and_(*[c.copy() for c in kept]) if kept else None
+    return kept, conj
 
 
 def _in_key_order(table: pa.Table, keys: list[str]) -> pa.Table:
