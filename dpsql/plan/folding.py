@@ -62,7 +62,8 @@ def folded_comparison(subject: exp.Expression, other: exp.Expression, column_typ
     if column_type is None or not isinstance(col, exp.Column) or other.find(exp.Column, exp.Select, exp.Star):
         raise Unfoldable("not a constant")
     try:
-        typed = type_predicate(exp.EQ(this=subject.copy(), expression=other.copy()), {col.name.lower(): column_type})
+        typed = type_predicate(exp.EQ(this=subject.copy(), expression=other.copy()), {col.name.lower(): column_type},
+                               own=False)
     except TypeRefusal:
         raise Unfoldable("not typed") from None
     if not isinstance(typed, exp.EQ):
@@ -80,7 +81,7 @@ def compared_as_float(condition: exp.Expression, column: exp.Column, column_type
     if column_type is None or column_type.upper() in ("FLOAT", "REAL", "FLOAT4", "DOUBLE", "FLOAT8"):
         return None
     try:
-        typed = type_predicate(condition.copy(), {column.name.lower(): column_type})
+        typed = type_predicate(condition.copy(), {column.name.lower(): column_type}, own=False)
     except TypeRefusal:
         return None
     for c in typed.walk():

@@ -553,7 +553,7 @@ class _JoinBuilder:
                         f"not of {', '.join(repr(a) for a in later)}, joined after it; move the condition into WHERE")
             return
         try:
-            type_predicate(f, self.flat_schema, "ON")
+            type_predicate(f, self.flat_schema, "ON", own=False)
         except TypeRefusal as e:
             for n, m in e.problems:
                 self.bad(c if n is None else n, f"ON: {m}")
@@ -804,7 +804,7 @@ class _JoinBuilder:
             if len(self.vs) == before and not self.failed:
                 for part, flat_part in flats:  # each AND-ed condition is a boolean of its own
                     try:
-                        type_predicate(flat_part, self.flat_schema, clause_of(part))
+                        type_predicate(flat_part, self.flat_schema, clause_of(part), own=False)
                     except TypeRefusal as e:
                         for n, m in e.problems:
                             self.bad(part if n is None else n, f"{clause_of(part)}: {m}")

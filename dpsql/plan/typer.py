@@ -67,6 +67,8 @@ import decimal
 import math
 import re
 import struct
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -2717,17 +2719,86 @@ def type_checked(node: exp.Expression, schema: dict[str, str]) -> Typed:
     return r
 
 
-def type_predicate(node: exp.Expression, schema: dict[str, str], what: str = "WHERE") -> exp.Expression:
-    """The total, explicitly typed rendering of a condition (raises ``TypeRefusal``)."""
+#: conditions of at least this many nodes are typed once (:data:`_TYPED`)
+TYPED_KEPT_FROM = 512
+#: the most typed conditions :data:`_TYPED` keeps (the least recently used goes first)
+TYPED_KEPT = 8
+#: the typed rendering of each long condition, by its exact form (:func:`_condition_key`), schema and clause: the
+#: analysis types a WHERE, its conditions on the keys alone, and the bounded query each relation that filters rows
+#: by it, so an IN list of 10 000 values was typed four times (about 0.5 s each). A refusal is not kept (it is typed
+#: again, and names the nodes of the condition at hand). Never handed out: each caller gets a copy of its own
+_TYPED: OrderedDict[tuple[Any, ...], exp.Expression] = OrderedDict()
+_TYPED_LOCK = threading.Lock()
+
+
+def _condition_key(node: exp.Expression, schema: dict[str, str], what: str) -> tuple[Any, ...] | None:
+    """Everything the typing of ``node`` depends on, exactly (each node's class, arguments, comments, type and meta,
+    in order: text in its own case, where sqlglot's hash folds it), with the schema and the clause; None for a
+    condition of fewer than :data:`TYPED_KEPT_FROM` nodes (typed each time, as cheap as this key)."""
+    out: list[Any] = [what, tuple(sorted(schema.items()))]
+    stack: list[Any] = [node]
+    nodes = 0
+    while stack:
+        n = stack.pop()
+        if not isinstance(n, exp.Expression):
+            out.append(("value", n))
+            continue
+        nodes += 1
+        # (``_type`` is set by an annotation only: a cast's or a type's ``type`` is its own; ``meta`` would make one)
+        typ, meta = getattr(n, "_type", None), getattr(n, "_meta", None)
+        head: list[Any] = [type(n), tuple(n.comments) if n.comments else None,
+                           typ.sql(dialect="duckdb") if typ is not None else None,
+                           tuple(sorted((k, repr(v)) for k, v in meta.items())) if meta else None]
+        children: list[Any] = []
+        for k, v in n.args.items():
+            if isinstance(v, list):
+                head.append((k, len(v)))
+                children.extend(v)
+            elif isinstance(v, exp.Expression):
+                head.append((k, 1))
+                children.append(v)
+            else:
+                head.append((k, v))
+        out.append(tuple(head))
+        stack.extend(reversed(children))
+    if nodes < TYPED_KEPT_FROM:
+        return None
+    key = tuple(out)
+    try:
+        hash(key)
+    except TypeError:  # an argument sqlglot keeps unhashable: typed each time
+        return None
+    return key
+
+
+def type_predicate(node: exp.Expression, schema: dict[str, str], what: str = "WHERE", *,
+                   own: bool = True) -> exp.Expression:
+    """The total, explicitly typed rendering of a condition (raises ``TypeRefusal``). ``own=False``: the caller only
+    reads the rendering (a long condition's kept one, :data:`_TYPED`, may be handed out: never change it)."""
+    key = _condition_key(node, schema, what) if isinstance(node, exp.Expression) else None
+    if key is not None:
+        with _TYPED_LOCK:
+            kept = _TYPED.get(key)
+            if kept is not None:
+                _TYPED.move_to_end(key)
+        if kept is not None:
+            return kept.copy() if own else kept
     _check_shape(node)
     problems = allow_list_problems(node)
     if problems:
         raise TypeRefusal(problems)
     ty = Typer(schema)
     try:
-        return _check_rendered(node, ty.boolean(node, what))
+        typed = _check_rendered(node, ty.boolean(node, what))
     except _Refuse as r:
         raise TypeRefusal([(r.node, r.message)]) from None
+    if key is None:
+        return typed
+    with _TYPED_LOCK:
+        _TYPED[key] = typed
+        while len(_TYPED) > TYPED_KEPT:
+            _TYPED.popitem(last=False)
+    return typed.copy() if own else typed
 
 
 def type_key(node: exp.Expression, schema: dict[str, str]) -> tuple[exp.Expression, SqlType]:

@@ -364,7 +364,7 @@ def _fixed_width(e: exp.Expression, schema: dict[str, str], *, boolean: bool) ->
 
 def _typed(e: exp.Expression, schema: dict[str, str], what: str) -> bool:
     try:
-        type_predicate(e, schema, what)
+        type_predicate(e, schema, what, own=False)
     except TypeRefusal:
         return False
     return True
