@@ -25,9 +25,12 @@ binding, before any charge, so a refusal here costs nothing.
 from __future__ import annotations
 
 import functools
+import threading
+from typing import Any
 
-from sqlglot import ErrorLevel, exp
+from sqlglot import Dialect, ErrorLevel, exp
 from sqlglot.errors import UnsupportedError
+from sqlglot.generator import Generator
 
 from dpsql.errors import UnsupportedQueryError
 
@@ -70,10 +73,73 @@ def render(ast: exp.Expression, *, dialect: str = ENGINE_DIALECT, pretty: bool =
             )
     problem: str | None = None
     try:
-        return ast.sql(dialect=dialect, pretty=pretty, unsupported_level=ErrorLevel.RAISE, copy=copy)
+        d = Dialect.get_or_raise(dialect)  # as ``ast.sql``: the dialect's generator, with its type names kept
+        return _kept_types(d.generator_class)(dialect=d, pretty=pretty, unsupported_level=ErrorLevel.RAISE).generate(
+            ast, copy=copy)
     except UnsupportedError as e:
         problem = str(e)
     raise UnsupportedQueryError(
         f"the query cannot be rendered for {dialect} without changing its meaning: {problem}",
         hint="this engine lacks a construct the query needs; nothing was run or charged",
     )
+
+
+#: the most type names :func:`_kept_types` keeps per generator (emptied when full)
+TYPE_NAMES_KEPT = 4096
+
+
+def _type_shape(node: exp.Expression) -> tuple[Any, ...] | None:
+    """Everything the text of a SQL type ``node`` depends on (its class and arguments, its parameters' too), or None
+    where it holds anything but types, parameters, literals, identifiers and names, a comment or a type annotation."""
+    if not isinstance(node, (exp.DataType, exp.DataTypeParam, exp.Literal, exp.Identifier, exp.Var)) or node.comments \
+            or getattr(node, "_type", None) is not None:
+        return None
+    out: list[Any] = [type(node)]
+    for k, v in node.args.items():
+        if isinstance(v, exp.Expression):
+            sub = _type_shape(v)
+            if sub is None:
+                return None
+            out.append((k, sub))
+        elif isinstance(v, list):
+            subs = [_type_shape(x) if isinstance(x, exp.Expression) else None for x in v]
+            if any(x is None for x in subs):
+                return None
+            out.append((k, tuple(subs)))
+        elif v is None or isinstance(v, (str, bool, int, exp.DataType.Type)):
+            out.append((k, v))
+        else:
+            return None
+    return tuple(out)
+
+
+@functools.cache
+def _kept_types(cls: type[Generator]) -> type[Generator]:
+    """``cls`` that renders each SQL type once per shape (:func:`_type_shape`) and ``pretty``, kept: a long IN list of
+    typed constants (``CAST(CAST(1 AS BIGINT) AS TEXT)`` per element, the typer's digests of a list) renders two
+    types per element, and sqlglot's DuckDB renderer builds several types to compare each with (about 40 us a type,
+    most of the rendering of such a list). The same text: a type's text depends on its shape alone, and one whose
+    rendering found a construct the dialect lacks is not kept (it is rendered, and refused, each time). A type's
+    rendering may change the node it renders (dropping a precision the dialect lacks): only the nodes of a tree that
+    is rendered from a copy, or read no more (``render``'s ``copy``)."""
+    kept: dict[tuple[Any, ...], str] = {}
+    lock = threading.Lock()
+    own = cls.datatype_sql
+
+    def datatype_sql(self: Any, expression: exp.DataType) -> str:
+        shape = _type_shape(expression)
+        if shape is None:
+            return own(self, expression)
+        at = (self.pretty, shape)
+        text = kept.get(at)
+        if text is None:
+            before = len(self.unsupported_messages)
+            text = own(self, expression)
+            if len(self.unsupported_messages) == before:
+                with lock:
+                    if len(kept) >= TYPE_NAMES_KEPT:
+                        kept.clear()
+                    kept[at] = text
+        return text
+
+    return type(f"{cls.__name__}KeptTypes", (cls,), {"datatype_sql": datatype_sql, "__module__": __name__})
