@@ -310,6 +310,31 @@ def with_read_salt(ast: Any) -> Any:
     return out
 
 
+def read_salted_text(ast: Any, text: str, salt: str | None = None) -> str | None:
+    """The text of ``with_read_salt(ast)`` (under ``salt``, or a fresh secret) from ``text``, the text of ``ast`` itself
+    as DuckDB's renderer gives it without a pretty layout (a literal's text does not change how the rest is laid out):
+    each quoted placeholder of the read salt in ``text`` replaced by the secret, where every one of them is one of
+    the salt's literals (as many in the text as the tree has, each holding the placeholder, whose text is its own
+    quoted). None where ``ast`` has no read salt or that does not hold: the tree is then salted and rendered. A long
+    IN list's text is then rendered once for the bind check and its read, not twice (a copy of the tree each time)."""
+    import secrets
+
+    from sqlglot import exp
+
+    from dpsql.plan.typer import READ_SALT
+
+    marked = [n for n in ast.find_all(exp.Literal) if n.meta.get(READ_SALT)]
+    if not marked or any(not n.is_string or n.this != READ_SALT for n in marked):
+        return None
+    quoted = f"'{READ_SALT}'"
+    if text.count(quoted) != len(marked):  # (a literal or a name of the query spelling it too: rendered anew)
+        return None
+    secret = secrets.token_hex(16) if salt is None else salt
+    if not re.fullmatch(r"[0-9a-f]+", secret):  # pragma: no cover - the salt is hex: its text is itself, quoted
+        return None
+    return text.replace(quoted, f"'{secret}'")
+
+
 def private_failure(what: str, detail: str | None, settings: EngineSettings) -> ExecutionError:
     """The one error for any failure after data was read: the text depends on public settings only."""
     limits = []

@@ -84,6 +84,7 @@ from dpsql.engine.base import (
     EngineSettings,
     SqlOps,
     private_failure,
+    read_salted_text,
     scrub,
     size_bytes,
     source_name,
@@ -1117,9 +1118,14 @@ class DuckDBBackend:
             off, salted, sql, reads = [*STATISTICS_OPTIMIZERS, *ast.off], None, ast.sql, ast.reads
         else:
             off = [*STATISTICS_OPTIMIZERS, *self._marked_off(ast)]
-            salted = with_read_salt(ast)
-            kept = self._described_text(ast) if salted is ast else None
-            sql, reads = kept if kept is not None else (self._render(salted, copy=False), None)
+            kept = self._described_text(ast)
+            read_salted = read_salted_text(ast, kept[0]) if kept is not None else None
+            if kept is not None and read_salted is not None:  # the bound text, the read salt put in: no copy
+                salted, sql, reads = ast, read_salted, kept[1]
+            else:
+                salted = with_read_salt(ast)
+                kept = kept if salted is ast else None
+                sql, reads = kept if kept is not None else (self._render(salted, copy=False), None)
         failure: ExecutionError | None = None
         columns = self._text_columns_read(sql, reads if reads is not None else native.reads_of(salted))
         with self._lock:
