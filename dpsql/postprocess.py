@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any, Protocol
 
 import pyarrow as pa
@@ -30,6 +30,7 @@ from dpsql.errors import ExecutionError, QueryTypeError, UnsupportedQueryError
 from dpsql.mechanisms.base import Released
 from dpsql.plan import ir, windows
 from dpsql.plan.typer import INTERVAL_FORM, guarded_shift, interval_parts, parse_type
+from dpsql.rewrite.render import type_text
 
 
 class _Runs(Protocol):
@@ -313,10 +314,22 @@ def check(
     each released aggregate; ``key_domain``: the released keys when they are public (declared),
     then the post-processing is run over exactly them.
     """
-    _refuse_casts_between_numbers_and_dates(post_ast(plan, exp.to_table("__released"), []), key_types, aggregate_types)
-    if all(k.name in key_types for k in plan.keys):
-        cols = _placeholders(plan, key_types, aggregate_types)
-        ast = post_ast(plan, exp.select(*cols).subquery("__released"), [])
+    typed = all(k.name in key_types for k in plan.keys)
+    cols: list[exp.Expression] | None = None
+    ast: exp.Expression | None = None
+    if typed:  # built once for both checks (a long IN list's condition is most of it)
+        try:
+            cols = _placeholders(plan, key_types, aggregate_types)
+            ast = post_ast(plan, exp.select(*cols).subquery("__released"), [])
+        except Exception:  # noqa: BLE001 - raised again below, after the casts' check, where it was raised
+            cols = ast = None
+    if cols is None or ast is None:
+        _refuse_casts_between_numbers_and_dates(post_ast(plan, exp.to_table("__released"), []), key_types, aggregate_types)
+    else:  # the same casts (the placeholders' own left out), found in the same order
+        _refuse_casts_between_numbers_and_dates(ast, key_types, aggregate_types, skip={id(n) for c in cols for n in c.walk()})
+    if typed:
+        cols = _placeholders(plan, key_types, aggregate_types) if cols is None else cols
+        ast = post_ast(plan, exp.select(*cols).subquery("__released"), []) if ast is None else ast
         try:
             backend.bind_check(ast, run=True)
         except QueryTypeError as failed:
@@ -387,9 +400,10 @@ def _kind(type_name: str | None) -> str | None:
 
 
 def _refuse_casts_between_numbers_and_dates(ast: exp.Expression, key_types: dict[str, str],
-                                            aggregate_types: dict[str, str]) -> None:
+                                            aggregate_types: dict[str, str], skip: Collection[int] = ()) -> None:
     """A cast between numbers (or booleans) and dates or timestamps over released values converts nothing on any
-    engine: refused naming the functions that convert (the typer's refusal of it over private rows)."""
+    engine: refused naming the functions that convert (the typer's refusal of it over private rows). ``skip``: the
+    ids of casts not to check (the typed placeholders of released values)."""
     types = {**key_types, **aggregate_types}
 
     def kind(e: exp.Expression) -> str | None:
@@ -398,7 +412,7 @@ def _refuse_casts_between_numbers_and_dates(ast: exp.Expression, key_types: dict
         if isinstance(e, exp.Column):
             return _kind(types.get(e.name, "DOUBLE" if e.name.startswith("__a") else None))
         if isinstance(e, exp.Cast):
-            return _kind(e.args["to"].sql(dialect="duckdb"))
+            return _kind(type_text(e.args["to"]))
         if isinstance(e, exp.Literal | exp.Boolean):
             return None if isinstance(e, exp.Literal) and e.is_string else "number"
         if isinstance(e, exp.Neg):
@@ -408,7 +422,9 @@ def _refuse_casts_between_numbers_and_dates(ast: exp.Expression, key_types: dict
         return None
 
     for node in ast.find_all(exp.Cast):
-        pair = {kind(node.this), _kind(node.args["to"].sql(dialect="duckdb"))}
+        if id(node) in skip:
+            continue
+        pair = {kind(node.this), _kind(type_text(node.args["to"]))}
         if pair == {"number", "time"}:
             raise QueryTypeError(
                 f"the query's outputs, HAVING or ORDER BY cast between a number (or boolean) and a date or timestamp "

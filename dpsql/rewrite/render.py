@@ -143,3 +143,25 @@ def _kept_types(cls: type[Generator]) -> type[Generator]:
         return text
 
     return type(f"{cls.__name__}KeptTypes", (cls,), {"datatype_sql": datatype_sql, "__module__": __name__})
+
+
+#: the text of each SQL type, for DuckDB, by shape (:func:`type_text`)
+_TYPE_TEXTS: dict[tuple[Any, ...], str] = {}
+_TYPE_TEXTS_LOCK = threading.Lock()
+
+
+def type_text(node: exp.Expression) -> str:
+    """``node.sql(dialect="duckdb")`` of a SQL type (a cast's ``to``), kept per shape (:func:`_type_shape`): the same
+    text (it depends on the shape alone, and DuckDB's renderer supports every type: no message is left out), where a
+    check reading the type of each cast of a long IN list's typed constants rendered two types per element."""
+    shape = _type_shape(node)
+    if shape is None:
+        return node.sql(dialect=ENGINE_DIALECT)
+    text = _TYPE_TEXTS.get(shape)
+    if text is None:
+        text = node.sql(dialect=ENGINE_DIALECT)
+        with _TYPE_TEXTS_LOCK:
+            if len(_TYPE_TEXTS) >= TYPE_NAMES_KEPT:
+                _TYPE_TEXTS.clear()
+            _TYPE_TEXTS[shape] = text
+    return text
