@@ -316,20 +316,24 @@ def check(
     """
     typed = all(k.name in key_types for k in plan.keys)
     cols: list[exp.Expression] | None = None
+    rel: exp.Expression | None = None
     ast: exp.Expression | None = None
-    if typed:  # built once for both checks (a long IN list's condition is most of it)
+    if typed:  # built once for the checks below (a long IN list's condition is most of it)
         try:
             cols = _placeholders(plan, key_types, aggregate_types)
-            ast = post_ast(plan, exp.select(*cols).subquery("__released"), [])
+            rel = exp.select(*cols).subquery("__released")
+            ast = post_ast(plan, rel, [])
         except Exception:  # noqa: BLE001 - raised again below, after the casts' check, where it was raised
-            cols = ast = None
-    if cols is None or ast is None:
+            cols = rel = ast = None
+    if cols is None or rel is None or ast is None:
         _refuse_casts_between_numbers_and_dates(post_ast(plan, exp.to_table("__released"), []), key_types, aggregate_types)
     else:  # the same casts (the placeholders' own left out), found in the same order
         _refuse_casts_between_numbers_and_dates(ast, key_types, aggregate_types, skip={id(n) for c in cols for n in c.walk()})
     if typed:
-        cols = _placeholders(plan, key_types, aggregate_types) if cols is None else cols
-        ast = post_ast(plan, exp.select(*cols).subquery("__released"), []) if ast is None else ast
+        if cols is None or rel is None or ast is None:
+            cols = _placeholders(plan, key_types, aggregate_types)
+            rel = exp.select(*cols).subquery("__released")
+            ast = post_ast(plan, rel, [])
         try:
             backend.bind_check(ast, run=True)
         except QueryTypeError as failed:
@@ -346,7 +350,7 @@ def check(
                 hint="keep the expression valid at 0, e.g. GREATEST(CAST(COUNT(*) AS INTEGER), 1) for a day of the month",
             ) from None
         if plan.having is not None:
-            _check_having_literals(backend, plan, key_types, cols)
+            _check_having_literals(backend, plan, key_types, cols, ast, rel)
         _check_window_sums(backend, plan, lambda rel: exp.select(*cols).subquery("__placeholders"))
     elif key_domain is None:  # pragma: no cover - every mechanism gives key types or the key values
         raise AssertionError("post-processing check needs the key types or the key values")
@@ -360,11 +364,13 @@ _KEY_TRIES = {"number": ("0", "1", "1000003", "-7"), "bool": ("false", "true")}
 
 
 def _check_having_literals(backend: _Runs, plan: ir.QueryPlan, key_types: dict[str, str],
-                           cols: list[exp.Expression]) -> None:
+                           cols: list[exp.Expression], ast: exp.Expression, rel: exp.Expression) -> None:
     """Refuse for free a HAVING that fails for every value of a number or boolean key: over the NULL placeholder of
     ``check`` DuckDB folds ``i = 'abc'`` without converting 'abc', and the query was charged and then released
     nothing (WHERE refuses such a literal for free). Tried at a few public values of each such key (the other
-    outputs as in ``check``); one that succeeds at any of them is left to run. Reads no private row."""
+    outputs as in ``check``); one that succeeds at any of them is left to run. Reads no private row. ``ast``: the
+    post-processing query over ``rel``, the placeholders ``cols``, whose relation each try replaces (the query built
+    once: a long IN list's condition is most of it)."""
     tried: list[tuple[int, str]] = []
     for i, k in enumerate(plan.keys):
         t = parse_type(key_types[k.name])
@@ -379,8 +385,11 @@ def _check_having_literals(backend: _Runs, plan: ir.QueryPlan, key_types: dict[s
             name = plan.keys[i].name
             row[i] = exp.alias_(exp.cast(exp.Literal.string(values[j % len(values)]), exp.DataType.build(
                 key_types[name], dialect="duckdb")), name)
+        tried_rel = exp.select(*row).subquery("__released")
+        rel.replace(tried_rel)  # ``post_ast(plan, tried_rel, [])``, built once
+        rel = tried_rel
         try:
-            backend.bind_check(post_ast(plan, exp.select(*row).subquery("__released"), []), run=True)
+            backend.bind_check(ast, run=True)
             return
         except QueryTypeError:
             continue
@@ -503,10 +512,16 @@ def _key_conjuncts(plan: ir.QueryPlan) -> tuple[list[exp.Expression], list[exp.E
             return conjuncts(e.this) + conjuncts(e.expression)
         return [] if e is None else [e]
 
+    def on_keys(c: exp.Expression) -> bool:  # (one walk: a long IN list's condition is most of the HAVING)
+        cols = False
+        for n in c.walk():
+            if isinstance(n, (exp.Window, exp.AggFunc)) or (isinstance(n, exp.Column) and n.name not in keys):
+                return False
+            cols = cols or isinstance(n, exp.Column)
+        return cols
+
     conj = conjuncts(plan.having)
-    kept = [c for c in conj if (cols := list(c.find_all(exp.Column))) and all(x.name in keys for x in cols)
-            and not any(isinstance(n, (exp.Window, exp.AggFunc)) for n in c.walk())]
-    return kept, conj
+    return [c for c in conj if on_keys(c)], conj
 
 
 def _in_key_order(table: pa.Table, keys: list[str]) -> pa.Table:

@@ -520,7 +520,7 @@ LISTED_INLINE_MAX = 64
 @functools.lru_cache(maxsize=16)
 def _listed_domain(values: tuple[Any, ...], column_type: str, dialect: str) -> str:
     """The typed literals of ``values`` (public domain values) rendered for ``dialect``, comma-separated."""
-    text = render(exp.Tuple(expressions=[domain_literal(v, column_type) for v in values]), dialect=dialect)
+    text = render(exp.Tuple(expressions=[domain_literal(v, column_type) for v in values]), dialect=dialect, copy=False)
     assert text.startswith("(") and text.endswith(")")
     return text[1:-1]
 
