@@ -2748,7 +2748,7 @@ def _condition_key(node: exp.Expression, schema: dict[str, str], what: str) -> t
         typ, meta = getattr(n, "_type", None), getattr(n, "_meta", None)
         head: list[Any] = [type(n), tuple(n.comments) if n.comments else None,
                            typ.sql(dialect="duckdb") if typ is not None else None,
-                           tuple(sorted((k, repr(v)) for k, v in meta.items())) if meta else None]
+                           tuple(meta.items()) if meta else None]  # (in order: a copy keeps it)
         children: list[Any] = []
         for k, v in n.args.items():
             if isinstance(v, list):
