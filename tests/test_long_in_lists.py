@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import os
 import random
 import re
 import secrets
+import signal
+import sys
+import threading
 from typing import Any
 
 import duckdb
@@ -25,6 +29,7 @@ from dpsql.plan import typer
 from dpsql.plan.analyze import listed_domain
 from dpsql.plan.parse import parse_statements
 from dpsql.plan.typer import READ_SALT, TypeRefusal, type_predicate
+from dpsql.rewrite import render as render_module
 from dpsql.rewrite.render import render, type_text
 from dpsql.testing import use_noise, zero_noise
 
@@ -195,6 +200,47 @@ def test_a_refused_long_condition_is_refused_each_time_naming_its_own_nodes() ->
         assert all(any(n is m for m in cond.walk()) for n, _ in e.value.problems if n is not None)
     assert not typer._TYPED
 
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork only")
+@pytest.mark.parametrize("module, lock", [(typer, "_TYPED_LOCK"), (render_module, "_KEPT_LOCK")])
+def test_a_forked_child_types_and_renders_whatever_lock_another_thread_held_at_the_fork(module: Any, lock: str) -> None:
+    """The locks of the kept typings and type names are made anew in a forked child: another thread of the parent held
+    one at the fork, and the child (a new Session's first long condition there) waited for ever on it."""
+    held, done = threading.Event(), threading.Event()
+    inherited = getattr(module, lock)
+
+    def hold() -> None:
+        with inherited:
+            held.set()
+            done.wait(60)
+
+    thread = threading.Thread(target=hold, daemon=True)
+    thread.start()
+    assert held.wait(60)
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 4
+        try:
+            signal.alarm(60)  # (waiting for ever on the lock: killed by SIGALRM)
+            if not inherited.locked() or getattr(module, lock) is inherited:
+                code = 3  # the negative control: the lock inherited is held, for ever, in the child
+            else:
+                typer._TYPED.clear()
+                render_module._TYPE_TEXTS.clear()
+                render_module._kept_types.cache_clear()
+                typed = type_predicate(_condition(1000), SCHEMA)
+                text = render(typed)
+                assert text == typed.sql(dialect="duckdb") and type_text(exp.DataType.build("DECIMAL(9,2)")) == \
+                    "DECIMAL(9, 2)"
+                code = 0
+        finally:
+            sys.stdout.flush()
+            os._exit(code)
+    done.set()
+    thread.join()
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
 
 # -- each SQL type's text kept per shape ----------------------------------------------------------------------------
 

@@ -65,6 +65,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import math
+import os
 import re
 import struct
 import threading
@@ -2729,6 +2730,17 @@ TYPED_KEPT = 8
 #: again, and names the nodes of the condition at hand). Never handed out: each caller gets a copy of its own
 _TYPED: OrderedDict[tuple[Any, ...], exp.Expression] = OrderedDict()
 _TYPED_LOCK = threading.Lock()
+
+
+def _typed_lock_after_fork() -> None:
+    """In a forked child, :data:`_TYPED_LOCK` made anew: only the forking thread exists there, and another thread of
+    the parent may have held the lock at the fork (held for ever in the child: a new Session's first long condition
+    waited for ever). The kept typings stay: each is a function of its key alone."""
+    global _TYPED_LOCK
+    _TYPED_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_typed_lock_after_fork)
 
 
 def _condition_key(node: exp.Expression, schema: dict[str, str], what: str) -> tuple[Any, ...] | None:

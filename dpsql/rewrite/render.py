@@ -25,6 +25,7 @@ binding, before any charge, so a refusal here costs nothing.
 from __future__ import annotations
 
 import functools
+import os
 import threading
 from typing import Any
 
@@ -86,6 +87,19 @@ def render(ast: exp.Expression, *, dialect: str = ENGINE_DIALECT, pretty: bool =
 
 #: the most type names :func:`_kept_types` keeps per generator (emptied when full)
 TYPE_NAMES_KEPT = 4096
+#: the lock of every kept type name (:func:`_kept_types`, :func:`type_text`)
+_KEPT_LOCK = threading.Lock()
+
+
+def _kept_lock_after_fork() -> None:
+    """In a forked child, :data:`_KEPT_LOCK` made anew: only the forking thread exists there, and another thread of
+    the parent may have held the lock at the fork (held for ever in the child: its first new type's rendering waited
+    for ever). The kept names stay: each is a function of its shape alone."""
+    global _KEPT_LOCK
+    _KEPT_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_kept_lock_after_fork)
 
 
 def _type_shape(node: exp.Expression) -> tuple[Any, ...] | None:
@@ -123,7 +137,6 @@ def _kept_types(cls: type[Generator]) -> type[Generator]:
     rendering may change the node it renders (dropping a precision the dialect lacks): only the nodes of a tree that
     is rendered from a copy, or read no more (``render``'s ``copy``)."""
     kept: dict[tuple[Any, ...], str] = {}
-    lock = threading.Lock()
     own = cls.datatype_sql
 
     def datatype_sql(self: Any, expression: exp.DataType) -> str:
@@ -136,7 +149,7 @@ def _kept_types(cls: type[Generator]) -> type[Generator]:
             before = len(self.unsupported_messages)
             text = own(self, expression)
             if len(self.unsupported_messages) == before:
-                with lock:
+                with _KEPT_LOCK:
                     if len(kept) >= TYPE_NAMES_KEPT:
                         kept.clear()
                     kept[at] = text
@@ -147,7 +160,6 @@ def _kept_types(cls: type[Generator]) -> type[Generator]:
 
 #: the text of each SQL type, for DuckDB, by shape (:func:`type_text`)
 _TYPE_TEXTS: dict[tuple[Any, ...], str] = {}
-_TYPE_TEXTS_LOCK = threading.Lock()
 
 
 def type_text(node: exp.Expression) -> str:
@@ -160,7 +172,7 @@ def type_text(node: exp.Expression) -> str:
     text = _TYPE_TEXTS.get(shape)
     if text is None:
         text = node.sql(dialect=ENGINE_DIALECT)
-        with _TYPE_TEXTS_LOCK:
+        with _KEPT_LOCK:
             if len(_TYPE_TEXTS) >= TYPE_NAMES_KEPT:
                 _TYPE_TEXTS.clear()
             _TYPE_TEXTS[shape] = text
