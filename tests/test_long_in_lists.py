@@ -191,6 +191,28 @@ def test_a_kept_typing_is_taken_only_for_the_same_condition_schema_and_clause(ot
     assert got == type_predicate(cond, schema, what).sql(dialect="duckdb")  # as typed afresh
 
 
+
+def test_the_kept_typings_hold_at_most_their_nodes_beyond_the_one_typed_last(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A long condition's typing is kept by nodes, not only by count: eight lists of 10 000 values held 0.8 GB."""
+    typer._TYPED.clear()
+    size = sum(1 for _ in type_predicate(_condition(1000), SCHEMA, own=False).walk())
+
+    def kept() -> list[str]:
+        return [re.findall(r"'([a-d])'", t.sql())[0] for t, _ in typer._TYPED.values()]  # each one's first value
+
+    monkeypatch.setattr(typer, "TYPED_KEPT_NODES", 10 * size)  # the negative control: room for all
+    type_predicate(_condition(1000, first="b"), SCHEMA)
+    assert kept() == ["a", "b"]
+    monkeypatch.setattr(typer, "TYPED_KEPT_NODES", size)  # room for one: the least recently used goes
+    type_predicate(_condition(1000, first="a"), SCHEMA)  # (used again: kept, "b" now the least recent)
+    type_predicate(_condition(1000, first="c"), SCHEMA)
+    assert kept() == ["c"] and sum(n for _, n in typer._TYPED.values()) == size
+    assert type_predicate(_condition(1000, first="c"), SCHEMA, own=False) is \
+        type_predicate(_condition(1000, first="c"), SCHEMA, own=False)  # the kept one, taken
+    monkeypatch.setattr(typer, "TYPED_KEPT_NODES", size // 2)  # room for none: the one typed last is kept
+    type_predicate(_condition(1000, first="d"), SCHEMA)
+    assert kept() == ["d"]
+
 def test_a_refused_long_condition_is_refused_each_time_naming_its_own_nodes() -> None:
     typer._TYPED.clear()
     for _ in range(2):

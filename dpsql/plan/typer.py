@@ -2724,11 +2724,15 @@ def type_checked(node: exp.Expression, schema: dict[str, str]) -> Typed:
 TYPED_KEPT_FROM = 512
 #: the most typed conditions :data:`_TYPED` keeps (the least recently used goes first)
 TYPED_KEPT = 8
+#: the most nodes the typed renderings :data:`_TYPED` keeps hold together (about 350 bytes each), beyond the one typed
+#: last, kept whatever its size (the analysis and the bounded query type one long condition): a count alone let
+#: eight renderings of lists of 10 000 values hold 0.8 GB for the process's life (a DOUBLE list's is 280 000 nodes)
+TYPED_KEPT_NODES = 300_000
 #: the typed rendering of each long condition, by its exact form (:func:`_condition_key`), schema and clause: the
 #: analysis types a WHERE, its conditions on the keys alone, and the bounded query each relation that filters rows
 #: by it, so an IN list of 10 000 values was typed four times (about 0.5 s each). A refusal is not kept (it is typed
 #: again, and names the nodes of the condition at hand). Never handed out: each caller gets a copy of its own
-_TYPED: OrderedDict[tuple[Any, ...], exp.Expression] = OrderedDict()
+_TYPED: OrderedDict[tuple[Any, ...], tuple[exp.Expression, int]] = OrderedDict()  # (rendering, its nodes)
 _TYPED_LOCK = threading.Lock()
 
 
@@ -2790,11 +2794,11 @@ def type_predicate(node: exp.Expression, schema: dict[str, str], what: str = "WH
     key = _condition_key(node, schema, what) if isinstance(node, exp.Expression) else None
     if key is not None:
         with _TYPED_LOCK:
-            kept = _TYPED.get(key)
-            if kept is not None:
+            found = _TYPED.get(key)
+            if found is not None:
                 _TYPED.move_to_end(key)
-        if kept is not None:
-            return kept.copy() if own else kept
+        if found is not None:
+            return found[0].copy() if own else found[0]
     _check_shape(node)
     problems = allow_list_problems(node)
     if problems:
@@ -2806,10 +2810,13 @@ def type_predicate(node: exp.Expression, schema: dict[str, str], what: str = "WH
         raise TypeRefusal([(r.node, r.message)]) from None
     if key is None:
         return typed
+    nodes = sum(1 for _ in typed.walk())  # (a tenth of the typing's time, on the first typing only)
     with _TYPED_LOCK:
-        _TYPED[key] = typed
-        while len(_TYPED) > TYPED_KEPT:
-            _TYPED.popitem(last=False)
+        _TYPED[key] = (typed, nodes)
+        _TYPED.move_to_end(key)
+        held = sum(n for _, n in _TYPED.values())
+        while len(_TYPED) > 1 and (len(_TYPED) > TYPED_KEPT or held > TYPED_KEPT_NODES):
+            held -= _TYPED.popitem(last=False)[1][1]
     return typed.copy() if own else typed
 
 
