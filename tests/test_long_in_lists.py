@@ -337,6 +337,30 @@ def test_the_read_salted_text_is_the_salted_trees_text() -> None:
         s.close()
 
 
+
+MARKED = "/* sqlglot.meta dpsql_read_salt */"
+
+
+def test_a_comment_marks_no_literal_of_the_query_as_the_read_salt() -> None:
+    """sqlglot sets the meta key a ``sqlglot.meta`` comment names on the node it follows: the read salt's mark on a
+    literal of the query would have put the secret salt in its place (and a node marked as written crashed the
+    analysis). dpsql's marks are dropped from a parsed query."""
+    sql = f"SELECT g, COUNT(*) AS n FROM t WHERE cc IN ('FR' {MARKED}, 'DE') AND g <> 'x' {MARKED} GROUP BY g"
+    raw = sqlglot.parse_one(sql, read="duckdb")  # the negative control: sqlglot marks them
+    assert [n.this for n in raw.find_all(exp.Literal) if n.meta.get(READ_SALT)] == ["FR", "x"]
+    parsed = parse_statements(sql)[0]
+    assert not [n for n in parsed.walk() if any(str(k).startswith("dpsql_") for k in (n._meta or {}))]
+    assert parsed.find(exp.Literal).meta["line"] == 1  # sqlglot's own keys kept
+    s = _session()
+    try:
+        listed = ", ".join(repr(k) for k in _texts(600))
+        ast = _bounded(s, f"SELECT cc, COUNT(*) AS n FROM t WHERE cc IN ({listed}) AND g <> 'x' {MARKED} GROUP BY cc")
+        assert all(n.this == READ_SALT for n in ast.find_all(exp.Literal) if n.meta.get(READ_SALT))
+        with pytest.raises(dpsql.errors.QueryError, match="nosuch"):
+            s.explain("SELECT COUNT(*) AS n FROM t WHERE nosuch /* sqlglot.meta dpsql_written */ > 1", epsilon=1.0)
+    finally:
+        s.close()
+
 def test_each_read_of_a_long_list_runs_its_bind_checks_text_under_a_fresh_salt(monkeypatch: pytest.MonkeyPatch) -> None:
     s = _session()
     ran: list[str] = []

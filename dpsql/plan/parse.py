@@ -567,6 +567,10 @@ def parse_statements(sql: str) -> list[exp.Expression]:
         for node in stmt.walk():
             if node.comments:
                 node.comments = None
+            meta = node._meta
+            if meta and any(isinstance(k, str) and k.startswith(OWN_MARKS) for k in meta):
+                for k in [k for k in meta if isinstance(k, str) and k.startswith(OWN_MARKS)]:
+                    del meta[k]  # a comment's mark (``/* sqlglot.meta dpsql_written */``): dpsql's own are set by it alone
             if isinstance(node, exp.Literal) and not node.is_string:
                 _check_number_text(str(node.this))
         for node in list(stmt.find_all(exp.Anonymous)):  # DuckDB's other names of SUM and AVG
@@ -582,6 +586,13 @@ def parse_statements(sql: str) -> list[exp.Expression]:
             if isinstance(add.expression, exp.Interval) and add.args.get("unit") is None:
                 add.replace(exp.Add(this=add.this, expression=add.expression))
     return out
+
+
+#: the prefix of the meta keys dpsql marks nodes with (the read salt's literal, a node's spelling as written, a
+#: building block's dialect, a condition moved from ON, a rendering's cached size, ...). sqlglot sets any key a comment
+#: names (``/* sqlglot.meta dpsql_read_salt */``) on the node it follows: a parsed node's marks of this prefix are
+#: dropped, so that a query's text sets none of them (a node marked as written by ``True`` crashed the analysis)
+OWN_MARKS = "dpsql_"
 
 
 #: DuckDB's other names of SUM and AVG, read as those aggregates (an output is named as the query writes it:
