@@ -165,9 +165,13 @@ def test_conditions_on_a_date_key_alone_count_the_tuples_sql_counts(cond: str) -
     data = _data()
     sql = (f"SELECT o.o_orderdate, l.l_shipdate, COUNT(*) AS n {_COL}WHERE {cond} AND l.l_shipdate < DATE '1995-03-01' "
            "GROUP BY 1, 2 ORDER BY 1, 2")
-    rows = _rows(_session(data).query(sql, epsilon=5.0, delta=1e-5).table)
     days = duckdb.sql(f"SELECT o_orderdate FROM (SELECT CAST(d AS DATE) AS o_orderdate FROM range(DATE '1995-01-01', "
                       f"DATE '1996-01-01', INTERVAL 1 DAY) t(d)) AS o WHERE {cond} ORDER BY 1").fetchall()
+    if not days:  # no key: the release would have no row whatever the data, refused for free
+        with _session(data) as s, pytest.raises(dpsql.errors.UnsupportedQueryError, match="no row whatever the data"):
+            s.query(sql, epsilon=5.0, delta=1e-5)
+        return
+    rows = _rows(_session(data).query(sql, epsilon=5.0, delta=1e-5).table)
     assert sorted({r[0] for r in rows}) == [d[0] for d in days] and len(rows) == len(days) * 59
     assert [r for r in rows if r[2]] == _truth(data, sql)
 

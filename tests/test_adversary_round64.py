@@ -18,7 +18,6 @@ from tests.test_tpch_queries import _COL, _data, _session
 
 @pytest.mark.parametrize("where", ["o.o_orderdate > DATE '1996-01-01'", "o.o_orderdate IS NULL",
                                    "o.o_orderdate BETWEEN DATE '1995-03-01' AND DATE '1995-02-01'"])
-@pytest.mark.xfail(strict=True, reason="a grouped join whose key set the WHERE empties is charged for a release of no row")
 def test_a_grouped_join_whose_where_keeps_no_day_of_its_date_key_is_refused_for_free(where: str) -> None:
     for extra in (False, True):
         with _session(_data(extra)) as s:

@@ -1057,8 +1057,14 @@ class VectorJoinMechanism:
             raise UnsupportedQueryError(
                 f"the GROUP BY keys have {d} combinations in their public key sets; a grouped join releases at most "
                 f"{MAX_GROUPS} groups", hint="group by fewer or coarser keys, or filter the public table in the WHERE")
-        if d > 0:
-            _params(cal, d)
+        if d == 0:
+            # the WHERE's conditions on the keys' columns alone left no public key (a DATE key's range outside its
+            # days): the release would have no row whatever the data, as a declared domain the conditions exclude
+            raise UnsupportedQueryError(
+                "the conditions on the GROUP BY keys (in WHERE) exclude every key of their public key sets, so the "
+                "release would have no row whatever the data, and be charged for nothing; nothing was charged",
+                hint="check the conditions against the keys' declared ranges and domains (explain lists the keys)")
+        _params(cal, d)
 
     def release(self, cal: VectorCalibration, bounded: pa.Table | None, rng: NoiseSource) -> Released:
         assert bounded is not None
