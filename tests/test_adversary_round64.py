@@ -89,3 +89,14 @@ def test_negative_control_a_having_over_a_declared_domain_is_refused_for_free() 
             s.query(f"SELECT l.l_shipmode, COUNT(*) AS n {_COL}GROUP BY 1 HAVING l.l_shipmode = 'AIR'", epsilon=1.0,
                     delta=1e-6)
         assert s.history().num_rows == 0
+
+
+def test_a_grouped_join_over_a_public_tables_rows_the_where_keeps_none_of_is_refused_for_free() -> None:
+    with _session(_data()) as s:
+        with pytest.raises(dpsql.errors.UnsupportedQueryError, match="no row whatever the data"):
+            s.query(f"SELECT n.n_name, COUNT(*) AS n {_COL}JOIN nation n ON n.n_nationkey = c.c_nationkey "
+                    "WHERE n.n_name = 'ATLANTIS' GROUP BY 1", epsilon=1.0, delta=1e-6)
+        assert s.history().num_rows == 0
+        r = s.query(f"SELECT n.n_name, COUNT(*) AS n {_COL}JOIN nation n ON n.n_nationkey = c.c_nationkey "
+                    "WHERE n.n_name = 'FRANCE' GROUP BY 1", epsilon=1.0, delta=1e-6)
+        assert r.table.to_pylist() == [{"n_name": "FRANCE", "n": 12}]

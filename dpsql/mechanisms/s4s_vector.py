@@ -1061,9 +1061,11 @@ class VectorJoinMechanism:
             # the WHERE's conditions on the keys' columns alone left no public key (a DATE key's range outside its
             # days): the release would have no row whatever the data, as a declared domain the conditions exclude
             raise UnsupportedQueryError(
-                "the conditions on the GROUP BY keys (in WHERE) exclude every key of their public key sets, so the "
-                "release would have no row whatever the data, and be charged for nothing; nothing was charged",
-                hint="check the conditions against the keys' declared ranges and domains (explain lists the keys)")
+                "the public key sets of the GROUP BY keys hold no key once the WHERE's conditions on their columns alone "
+                "are applied, so the release would have no row whatever the data, and be charged for nothing; nothing "
+                "was charged",
+                hint="check the conditions against the keys' declared ranges and domains, and the public tables' rows "
+                     "(explain lists the keys)")
         _params(cal, d)
 
     def release(self, cal: VectorCalibration, bounded: pa.Table | None, rng: NoiseSource) -> Released:
