@@ -497,6 +497,15 @@ def _check_on_keys(backend: _Runs, plan: ir.QueryPlan, aggregate_types: dict[str
                 "(explain lists the keys); a row whose key is "
                 f"not {which} is in no group: group by an expression of the column, e.g. COALESCE(c, 'none'), to "
                 "count such rows (its keys are then released above a noisy threshold)")
+    if plan.aggregates and plan.offset:
+        # the release has at most one row per key the conditions on the keys alone keep (all of them without such
+        # conditions): an OFFSET skipping that many leaves no row whatever the data, as LIMIT 0 does
+        most = rows if kept else n
+        if plan.offset >= most:
+            raise UnsupportedQueryError(
+                f"OFFSET {plan.offset} skips every row of the release, which has at most {most} (one per public key the "
+                "conditions on the keys keep), so it would be charged for nothing; nothing was charged",
+                hint=f"use an OFFSET below {most} (explain lists the keys)")
 
 
 def _key_conjuncts(plan: ir.QueryPlan) -> tuple[list[exp.Expression], list[exp.Expression]]:
