@@ -223,6 +223,14 @@ def split(sql: Any, catalog: Mapping[str, Any]) -> Composite | None:
     outputs: list[list[tuple[str, str | None]]] = [[(it.alias_or_name or it.sql(dialect=DIALECT), None)
                                                     for it in b.expressions] for b in selects]
     limit, offset = (_count(stmt.args.get(k), k.upper()) for k in ("limit", "offset"))
+    if offset and offset >= len(selects) and stmt.args.get("with_") is None and all(
+            isinstance(b, exp.Select) and not b.args.get("group") and b.args.get("with_") is None
+            and not any(isinstance(n, exp.Subquery) and isinstance(n.parent, (exp.From, exp.Join)) for n in b.walk())
+            for b in selects):
+        # each SELECT without GROUP BY (over tables, no CTE or subquery in FROM) releases one row: an OFFSET of at
+        # least their number skips every row whatever the data, as LIMIT 0 does
+        raise _bad(f"OFFSET {offset} skips every row of a UNION ALL of {len(selects)} queries without GROUP BY (one "
+                   "row each), so it would be charged for nothing", f"use an OFFSET below {len(selects)}")
     return Composite(sql, "UNION ALL", branches, _order(selects, outputs, stmt.args.get("order")), limit, offset)
 
 

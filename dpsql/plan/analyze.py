@@ -23,6 +23,7 @@ from dpsql.plan.checks import (
     FROM_ON,
     LIMIT_FORM,
     LIMIT_ZERO,
+    OFFSET_SCALAR,
     SUPPORTED_AGGS,
     check_expression_functions,
     check_statement_shape,
@@ -1303,6 +1304,9 @@ class _Builder:
             self.bad(stmt, "the query must aggregate (COUNT, SUM or AVG) or GROUP BY columns: non-aggregated output is not allowed")
         limit = self._int_clause(stmt, "limit")
         offset = self._int_clause(stmt, "offset")
+        if offset and not self.keys and self.aggregates:
+            self.violations.append(violation(stmt.args["offset"], self.sql, OFFSET_SCALAR.format(n=offset),
+                                             offset=keyword_offset(self.sql, {"OFFSET"})))
         self._raise()
         return ir.QueryPlan(
             sql=self.sql,

@@ -77,6 +77,7 @@ from dpsql.plan import ir
 from dpsql.plan.checks import (
     LIMIT_FORM,
     LIMIT_ZERO,
+    OFFSET_SCALAR,
     SUPPORTED_AGGS,
     check_expression_functions,
     check_statement_shape,
@@ -958,6 +959,8 @@ class _JoinBuilder:
             post_having = self.released_expr(having_node, "HAVING", swap, by_alias)
             having = post_having if having is None else exp.and_(exp.Paren(this=having), exp.Paren(this=post_having))
         lim, off = self.int_clause("limit"), self.int_clause("offset")
+        if off and not self.keys:
+            self.bad(self.stmt.args["offset"], OFFSET_SCALAR.format(n=off))
         _raise(self.vs)
         keys = [ir.GroupKey(k.written if k.written is not None else k.expr, k.name, k.sql, k.domain) for k in self.keys]
         return ir.QueryPlan(sql=sql, table=first, where=None, keys=keys, aggregates=aggregates, outputs=outputs,
