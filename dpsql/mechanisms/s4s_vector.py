@@ -1066,6 +1066,13 @@ class VectorJoinMechanism:
                 "was charged",
                 hint="check the conditions against the keys' declared ranges and domains, and the public tables' rows "
                      "(explain lists the keys)")
+        if cal.plan.offset is not None and cal.plan.offset >= d:
+            # at most one row per key: an OFFSET skipping that many leaves no row whatever the data, as LIMIT 0 does
+            # (with a declared domain post-processing's check of the keys refuses it)
+            raise UnsupportedQueryError(
+                f"OFFSET {cal.plan.offset} skips every row of the release, which has at most {d} (one per key of the "
+                "public key sets the WHERE's conditions on their columns keep), so it would be charged for nothing; "
+                "nothing was charged", hint=f"use an OFFSET below {d} (explain lists the keys)")
         _params(cal, d)
 
     def release(self, cal: VectorCalibration, bounded: pa.Table | None, rng: NoiseSource) -> Released:
