@@ -274,6 +274,10 @@ class MultiJoinMechanism:
     def key_domain(self, cal: MultiCalibration) -> pa.Table | None:
         return self.inner.key_domain(cal.runs[0])
 
+    def public_key_set(self, cal: MultiCalibration, engine: Any, plan: Any) -> pa.Table | None:
+        find = getattr(self.inner, "public_key_set", None)
+        return None if find is None else find(cal.runs[0], engine, plan)
+
     def release(self, cal: MultiCalibration, bounded: Any, rng: NoiseSource) -> Released:
         assert isinstance(bounded, list)
         return release(cal, bounded, rng)

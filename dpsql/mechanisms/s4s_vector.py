@@ -251,7 +251,7 @@ from dpsql.plan import ir
 from dpsql.plan.join_groups import MAX_GROUPS
 from dpsql.plan.joins import PeopleBound, bound_people
 from dpsql.rewrite.bound import Caps
-from dpsql.rewrite.join_groups import clip_scale, clipped_groups, key_set_sizes, sampled_groups, unowned_scale
+from dpsql.rewrite.join_groups import clip_scale, clipped_groups, key_set, key_set_sizes, sampled_groups, unowned_scale
 from dpsql.rewrite.joins import Part, parts_of
 
 BETA = 0.1
@@ -1030,6 +1030,19 @@ class VectorJoinMechanism:
 
     def released_types(self, cal: VectorCalibration) -> dict[str, str]:
         return {"__a0": "BIGINT" if cal.integer else "DOUBLE"}
+
+    def public_key_set(self, cal: VectorCalibration, engine: Any, plan: ir.QueryPlan) -> pa.Table | None:
+        """Before the charge, for post-processing's check of the keys (``key_domain`` for a key set read at run time):
+        the keys of a set read from public tables or a declared DATE range (the WHERE's conditions on their columns
+        applied), when the query's HAVING (``plan``'s) may drop some (at most 100 000 keys; public rows only). With it
+        a HAVING on the keys alone that keeps none of them is refused for free, as over a declared domain."""
+        if cal.d is not None or plan.having is None:
+            return None
+        sizes = engine.fetch_arrow(key_set_sizes(cal.jp, cal.catalog), what="the public key set")
+        if not 0 < math.prod(int(sizes.column(i)[0].as_py()) for i in range(sizes.num_columns)) <= 100_000:
+            return None
+        keys = engine.fetch_arrow(key_set(cal.jp, cal.catalog), what="the public key set")
+        return keys.select([k.name for k in cal.jp.keys])
 
     def key_domain(self, cal: VectorCalibration) -> pa.Table | None:
         if cal.d is None or cal.d > 100_000:
