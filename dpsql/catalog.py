@@ -559,8 +559,8 @@ def type_domains(table: str, columns: dict[str, ColumnSpec], schema: dict[str, s
         if c.ordered is not None and c.ordered.kind == "numeric" and name in schema and typ.startswith(("DATE", "TIME")):
             # (the bounding SQL's TRY_CAST of a date to DOUBLE is NULL: every row would be dropped, after the charge)
             raise ConfigError(f"a numeric grid for '{table}.{name}' needs a numeric column, but it is {schema[name]}",
-                              hint=f"declare its bounds as dates (e.g. bounds = [\"2024-01-01\", \"2024-12-31\"] with "
-                                   f"bins = 365, or --bins {table}.{name}=2024-01-01:2024-12-31:365)")
+                              hint=f"declare its bounds as dates (e.g. bounds = [\"2024-01-01\", \"2025-01-01\"] with "
+                                   f"bins = 366, or --bins {table}.{name}=2024-01-01:2025-01-01:366)")
         if c.domain is not None and name in schema:
             try:
                 dom = type_domain(c.domain, schema[name], f"'{table}.{name}' ({schema[name]})")

@@ -631,7 +631,7 @@ def _open_session(args: argparse.Namespace, *, ledger: bool = True) -> Any:
             parts = v.split(":")
             if len(parts) != 3 or not c:
                 raise ConfigError(f"--bins expects NAME.COL=LO:HI:N, got {k}={v}", hint="e.g. --bins events.age=0:120:120")
-            example = "e.g. --bins events.age=0:120:120 (a DATE or TIMESTAMP column: --bins events.day=2024-01-01:2024-12-31:365)"
+            example = "e.g. --bins events.age=0:120:120 (a DATE or TIMESTAMP column: --bins events.day=2024-01-01:2025-01-01:366)"
             digits = [x[:4] + x[5:7] + x[8:] for x in parts[:2]]
             blo: str | float
             bhi: str | float
