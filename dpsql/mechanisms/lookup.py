@@ -38,6 +38,19 @@ MAX and the quantiles: ``ir.JoinPlan.one_table_only``): the query is analysed as
 as over a table's rows, with the same sensitivity argument (``J`` is a row-wise function of the private rows). No
 stored synopsis is read for ``J`` (a synopsis holds one table's own rows: ``reuse`` is refused).
 
+People counted over a join (``registry._people_count_plan``): a join of any inputs, private ones included, whose every
+tuple belongs to one person (``PeopleBound.single_owner``, Delta enforced: ``dpsql.plan.joins``), asked only
+``COUNT(DISTINCT c)``, c the owner's column or a column its ON equates with it (read as the owner's column). ``J`` is
+the join rendered as the join mechanisms render it, every input capped at its rows per joined value (each cap's
+partition lies within one person's rows: ``_uniform_caps``) and every key entered on behalf of a person kept only where
+the base table holds it once (``dpsql.rewrite.joins._unique_filter``), the WHERE applied. Neighbouring relation: add or
+remove one person with every row reaching them. Each tuple of ``J`` holds rows of its owner and public rows only, and
+the rows the caps and the unique-key filter keep in one partition depend on that partition's rows alone, so adding a
+person adds tuples whose unit is that person and changes no other tuple: ``J`` is again a one-table relation with unit
+column ``<owner alias>__<owner column>``, and the one-table count of units (0 or 1 per person and group, in at most
+C_u groups: the owner's table's caps) has sensitivity 1 per group, whatever each person's number of tuples. Any other
+aggregate is refused (it would count or sum capped join tuples, which the join mechanisms answer).
+
 The mechanisms read ``J`` as a CTE named :data:`VIEW` placed first in their bounded query when they read it once, and
 as that relation itself at each read when they read it more than once (:meth:`LookupJoin.bounded`), as the one-table
 path reads a source's view: DuckDB computes and holds a CTE it reads twice, so one person's long private key, carried
@@ -151,14 +164,20 @@ class LookupJoin:
     """A one-table mechanism (Gaussian, Laplace, sparse histogram) reading the joined relation of a lookup
     join: its bounded query with the capped join as its first CTE (:data:`VIEW`)."""
 
-    def __init__(self, inner: Mechanism, jp: ir.JoinPlan, people: PeopleBound, catalog: Mapping[str, TableSpec]) -> None:
+    def __init__(self, inner: Mechanism, jp: ir.JoinPlan, people: PeopleBound, catalog: Mapping[str, TableSpec], *,
+                 people_count: bool = False) -> None:
         self.inner, self.jp, self.catalog = inner, jp, dict(catalog)
         self.name, self.options = inner.name, inner.options
         assert people.owner is not None
         self.unit = flat(people.owner.alias, people.owner.column)  #: the joined relation's unit column
-        #: the lookups' caps (one row per joined value); the private input's is the one-table bounding's
-        self.caps = tuple(c for c in people.caps if c[0] != people.owner.alias)
-        assert all(n == 1 and catalog[dict(jp.inputs)[a]].public for a, _, n in self.caps)
+        self.people_count = people_count
+        if people_count:  # (module docstring, "People counted over a join"): every input's caps, as the join's
+            assert people.single_owner and people.enforced
+            self.caps = tuple(people.caps)
+        else:
+            #: the lookups' caps (one row per joined value); the private input's is the one-table bounding's
+            self.caps = tuple(c for c in people.caps if c[0] != people.owner.alias)
+            assert all(n == 1 and catalog[dict(jp.inputs)[a]].public for a, _, n in self.caps)
 
     def calibrate(self, request: Any, contribution: Any) -> Any:
         return self.inner.calibrate(request, contribution)
@@ -166,8 +185,13 @@ class LookupJoin:
     def describe(self, calibration: Any) -> Description:
         d = self.inner.describe(calibration)
         caps = [f"{a}.{c.replace(',', ', ')} <= {n}" for a, c, n in self.caps]
-        note = ("lookup join: the private rows joined with the public lookup rows (each lookup capped at one row per "
-                f"joined value: {'; '.join(caps)}), then bounded as one table")
+        if self.people_count:
+            note = ("people counted over a join whose every tuple belongs to one person: the inputs joined, each capped "
+                    f"at its rows per joined value ({'; '.join(caps)}), then bounded as one table whose unit is "
+                    f"the owner ({self.unit}); each person counts once (per group) whatever their tuples")
+        else:
+            note = ("lookup join: the private rows joined with the public lookup rows (each lookup capped at one row "
+                    f"per joined value: {'; '.join(caps)}), then bounded as one table")
         if self.jp.left:
             note += (f"; LEFT JOIN of {', '.join(self.jp.left)}: a private row no lookup row matches is kept once, the "
                      "lookup's columns NULL (their WHERE conditions applied after the join)")

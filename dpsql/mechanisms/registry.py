@@ -581,6 +581,13 @@ def _route_join(
         one = _route_lookup_one_table(sql, plan, people, epsilon, delta, options, catalog, find_synopsis)
         if one is not None:
             return one
+    if plan.join.one_table_only and not lookup and not set(options) & _JOIN_OPTIONS and forced in _LOOKUP_NAMES:
+        counted = _people_count_plan(plan, people)  # COUNT(DISTINCT person) over a join with one owner per tuple
+        if counted is not None:
+            one = _route_lookup_one_table(sql, counted, people, epsilon, delta, options, catalog, find_synopsis,
+                                          people_count=True)
+            if one is not None:
+                return one
     if plan.join.one_table_only:  # aggregates the join mechanisms do not answer
         _refuse_one_table_only(plan, options, _lookup_join(plan.join, people, catalog))
     refused = [k.refusal for k in plan.join.keys if k.refusal is not None]
@@ -649,6 +656,33 @@ def _refuse_one_table_only(plan: ir.QueryPlan, options: Mapping[str, Any], looku
     raise PolicyError(f"{what} over this lookup join is not answered: its private table reaches its people through "
                       "another table (its owner is not one of its columns), and the join mechanisms answer COUNT(*), "
                       "COUNT(col), SUM and AVG only, without FILTER", hint="ask COUNT, SUM or AVG")
+
+
+def _people_count_plan(plan: ir.QueryPlan, people: Any) -> ir.QueryPlan | None:
+    """A join whose every tuple belongs to one person (one owner per tuple, Delta enforced by per-input row caps) and
+    whose every aggregate is ``COUNT(DISTINCT c)``, c the owner's column or a column the join's ON equates with it:
+    the plan with each such c written as the owner's column, which ``_route_lookup_one_table`` answers over the joined
+    relation with the owner as its unit (``dpsql.mechanisms.lookup``, "People counted over a join"); None otherwise
+    (public metadata and the SQL only). Whether every aggregate is such a count is checked on the one-table plan."""
+    from dpsql.plan.joins import flat
+
+    jp, owner = plan.join, people.owner
+    if (jp is None or jp.statement is None or jp.left or owner is None or not (people.single_owner and people.enforced)
+            or "," in owner.column or len(owner.hops) > 1):
+        return None
+    same = {flat(owner.alias, owner.column)}
+    while True:  # the owner's column and every column equated with it by the ON conditions
+        more = {x for pair in jp.conditions for x in pair if set(pair) & same} - same
+        if not more:
+            break
+        same |= more
+    unit = flat(owner.alias, owner.column)
+    statement = jp.statement.copy()
+    for d in list(statement.find_all(exp.Distinct)):
+        if isinstance(d.parent, exp.Count) and len(d.expressions) == 1 and isinstance(d.expressions[0], exp.Column) \
+                and not d.expressions[0].table and d.expressions[0].name in same:
+            d.expressions[0].replace(exp.column(unit, quoted=False))
+    return dataclasses.replace(plan, join=dataclasses.replace(jp, statement=statement))
 
 
 def _lookup_join(jp: ir.JoinPlan, people: Any, catalog: Mapping[str, TableSpec]) -> bool:
@@ -782,7 +816,8 @@ def _declaration(plan: ir.QueryPlan) -> str:
 
 def _route_lookup_one_table(
     sql: str, plan: ir.QueryPlan, people: Any, epsilon: float, delta: float, options: Mapping[str, Any],
-    catalog: Mapping[str, TableSpec], find_synopsis: Callable[[str], tuple[int, str] | None],
+    catalog: Mapping[str, TableSpec], find_synopsis: Callable[[str], tuple[int, str] | None], *,
+    people_count: bool = False,
 ) -> Route | None:
     """Rule 0, a lookup join (``_lookup_join``) on the one-table path (``dpsql.mechanisms.lookup``): the joined
     rows are the private table's own rows, each reaching at most one row of each lookup table, so rules 3-4 apply
@@ -796,8 +831,8 @@ def _route_lookup_one_table(
 
     assert plan.join is not None
     one = one_table_plan(plan, people, catalog)
-    if one is None:
-        return None
+    if one is None or (people_count and not (one.aggregates and all(a.kind == ir.COUNT_UNITS for a in one.aggregates))):
+        return None  # (people_count: ``_people_count_plan``'s join, answered here for counts of its people only)
     forced = options.get("mechanism", "auto")
     kinds = {k.kind for k in plan.join.keys}
     if plan.join.left and forced == "auto" and "public" in kinds and "private" not in kinds:
@@ -858,15 +893,20 @@ def _route_lookup_one_table(
         name = MechanismName(forced) if forced != "auto" else (MechanismName.GAUSSIAN if delta > 0 else MechanismName.LAPLACE)
         kind = "scalar aggregate" if not one.keys else "GROUP BY over public (declared) keys, every key released"
         what = f"{kind}: {name} mechanism ({'delta > 0' if name == MechanismName.GAUSSIAN else 'delta = 0 (pure DP)'})"
-    mech = LookupJoin(REGISTRY[name], plan.join, people, catalog)
+    mech = LookupJoin(REGISTRY[name], plan.join, people, catalog, people_count=people_count)
     _check_applicable(mech, options)
     req = Request.asking(text=sql, epsilon=epsilon, delta=delta, options=options, table=one.table,
                          unit=one.table.privacy_unit, catalog=catalog, plan=one, find_synopsis=lambda _: None)
     left = (f" (LEFT JOIN of {', '.join(plan.join.left)}: every private row kept once, the lookup's columns NULL "
             "where no row matches)") if plan.join.left else ""
-    reason = ("join of one private table with public lookup tables on their keys: each private row joins at most one "
-              f"lookup row{left} (each lookup capped at one row per key), so the joined rows are bounded as the private "
-              f"table's own (its per-person caps, the GROUP BY keys read from the joined rows); {what}")
+    if people_count:
+        reason = ("COUNT(DISTINCT person) over a join whose every tuple belongs to one person: the joined tuples "
+                  "(each input capped at its rows per joined value, as the join mechanisms cap them) are bounded as one "
+                  f"table's rows whose unit is that person, each person counted once per group; {what}")
+    else:
+        reason = ("join of one private table with public lookup tables on their keys: each private row joins at most "
+                  f"one lookup row{left} (each lookup capped at one row per key), so the joined rows are bounded as the "
+                  f"private table's own (its per-person caps, the GROUP BY keys read from the joined rows); {what}")
     cal = mech.calibrate(req, contribution(one.table, options, grouped=one.is_grouped))
     return _finish(req, mech, cal, reason)
 

@@ -601,8 +601,9 @@ class _JoinBuilder:
                 self.deferred.append(violation(node, self.sql, (
                     "COUNT(DISTINCT ...) is not supported over joins other than lookup joins (one private table "
                     "joined to public tables on their declared keys: one person's tuples are bounded there, not the "
-                    "distinct values they hold); count tuples with COUNT(*) or COUNT(col), or ask COUNT(DISTINCT col) "
-                    "of one table")))
+                    "distinct values they hold), except COUNT(DISTINCT person) alone over a join whose every tuple "
+                    "belongs to one person (the person's column, or a column the ON equates with it: the number of "
+                    "people); count tuples with COUNT(*) or COUNT(col), or ask COUNT(DISTINCT col) of one table")))
                 return None
             self.flatten(arg, "COUNT")  # (reports unknown columns); answered over a lookup join's rows only
             self.deferred.append(violation(node, self.sql, (
