@@ -91,11 +91,15 @@ def group_keys(
     policy: Callable[[exp.Expression, str], None],
     private: Callable[[exp.Expression, str], Any] | None = None,
     schema: Mapping[str, str] | None = None,
+    where: exp.Expression | None = None,
 ) -> list[ir.JoinKey]:
     """The keys of ``stmt``'s GROUP BY (unsupported shapes reported through ``bad``, keys without a
     public key set through ``policy``: the fix is the owner's declaration). A plain column of a private table
     with no declared domain: through ``policy`` too, or, given ``private``, a key of kind ``private`` holding
-    ``private``'s answer as its ``refusal`` (the router refuses it unless the join is a lookup join)."""
+    ``private``'s answer as its ``refusal`` (the router refuses it unless the join is a lookup join). ``where``: the
+    WHERE over flat column names, whose AND-ed ``col IN (literals)`` / ``col = literal`` list a plain column's keys
+    (``dpsql.plan.analyze.listed_domain``, as on one table: every listed key released, a row outside them filtered
+    out by the WHERE itself)."""
     group = stmt.args.get("group")
     if group is None:
         return []
@@ -128,7 +132,7 @@ def group_keys(
         if any(True for _ in g.find_all(exp.AggFunc)):
             bad(g, "aggregates are not allowed in GROUP BY")
             continue
-        found = _key(g, tables, resolve, bad, policy, len(keys), private, schema)
+        found = _key(g, tables, resolve, bad, policy, len(keys), private, schema, where)
         if found is not None and all(k.sql != found.sql for k in keys):
             keys.append(found)
     size = 1
@@ -143,7 +147,7 @@ def group_keys(
 def _key(g: exp.Expression, tables: Mapping[str, TableSpec], resolve: Callable[[exp.Column, str], str | None],
          bad: Callable[[exp.Expression, str], None], policy: Callable[[exp.Expression, str], None],
          i: int, private: Callable[[exp.Expression, str], Any] | None = None,
-         schema: Mapping[str, str] | None = None) -> ir.JoinKey | None:
+         schema: Mapping[str, str] | None = None, where_flat: exp.Expression | None = None) -> ir.JoinKey | None:
     name = f"__k{i}"
     inner = _year_arg(g)
     col = inner if inner is not None else g
@@ -181,6 +185,17 @@ def _key(g: exp.Expression, tables: Mapping[str, TableSpec], resolve: Callable[[
     if schema is not None and typ.upper() == "DATE" and _public_values(t, column) is not None:
         # a DATE column with a declared range: its days, as CAST(col AS DATE) or date_trunc('day', col) of it
         return _derived(g, name, tables, resolve, bad, policy, private, schema)
+    if where_flat is not None:
+        from dpsql.plan.analyze import listed_domain
+
+        listed = listed_domain(f, where_flat, typ)
+        if listed is not None and not [v for v in listed if v is not None]:
+            bad(g, f"GROUP BY {quoted(col)}: the WHERE's conditions on '{t.name}.{column}' list no value that they all "
+                   "keep, so the release would have no row whatever the data, and be charged for nothing (hint: check "
+                   "the IN lists and equalities on the column)")
+            return None
+        if listed is not None:  # keys the WHERE lists: a public key set (the query's), as a declared domain is
+            return ir.JoinKey(name, exp.column(f, quoted=False), where, "declared", alias, column, typ, tuple(listed))
     # no public key set: refused at routing unless the join is a lookup join (dpsql.mechanisms.registry), whose
     # joined rows are the private table's own and whose keys the sparse histogram releases above a noisy threshold
     msg = (f"GROUP BY {quoted(col)}: '{t.name}.{column}' is neither a column of a public table nor declared "

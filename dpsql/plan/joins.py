@@ -818,7 +818,8 @@ class _JoinBuilder:
         pv: list[Violation] = []
         self.keys = group_keys(stmt, [(i.alias, i.table) for i in self.inputs], self.resolve, self.bad,
                                lambda n, m: _bad(self.sql, n, self.public_twin(n, m), pv),
-                               lambda n, m: violation(n, self.sql, self.public_twin(n, m)), dict(self.flat_schema))
+                               lambda n, m: violation(n, self.sql, self.public_twin(n, m)), dict(self.flat_schema),
+                               where_flat)
         if pv and not self.vs:
             _raise(pv, policy=True)  # a key without a public key set: the owner's declaration is missing
         self.vs.extend(pv)
