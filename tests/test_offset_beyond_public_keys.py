@@ -48,17 +48,20 @@ def test_negative_control_an_offset_below_them_is_answered(sql: str, keys: list)
     assert s.history().num_rows >= 1
 
 
-@pytest.mark.parametrize(("where", "offset"), [("", 365), ("", 10000), ("WHERE o.o_orderdate < DATE '1995-01-03' ", 2)])
-def test_an_offset_beyond_a_grouped_joins_date_key_set_is_refused_for_free(where: str, offset: int) -> None:
-    """A grouped join's key set of a declared DATE range (its days, counted from public metadata before the charge,
-    after the WHERE's conditions on the key's column): an OFFSET at or beyond its size releases no row."""
+@pytest.mark.parametrize(("where", "offset", "aggs"), [
+    ("", 365, "COUNT(*) AS n"), ("", 10000, "COUNT(*) AS n"), ("WHERE o.o_orderdate < DATE '1995-01-03' ", 2, "COUNT(*) AS n"),
+    ("", 365, "COUNT(*) AS n, SUM(l.l_quantity) AS q"), ("", 400, "AVG(l.l_quantity) AS a"),
+])
+def test_an_offset_beyond_a_grouped_joins_date_key_set_is_refused_for_free(where: str, offset: int, aggs: str) -> None:
+    """A grouped join's key set of a declared DATE range (its days, read from public metadata before the charge,
+    after the WHERE's conditions on the key's column): an OFFSET at or beyond its size releases no row (several
+    aggregates, one run each, too)."""
     from tests.test_tpch_queries import _COL, _data
     from tests.test_tpch_queries import _session as _tpch_session
     with _tpch_session(_data()) as s:
         before = s.remaining()
         with pytest.raises(dpsql.errors.UnsupportedQueryError, match=f"OFFSET {offset} skips every row"):
-            s.query(f"SELECT o.o_orderdate, COUNT(*) AS n {_COL}{where}GROUP BY 1 OFFSET {offset}", epsilon=1.0,
-                    delta=1e-6)
+            s.query(f"SELECT o.o_orderdate, {aggs} {_COL}{where}GROUP BY 1 OFFSET {offset}", epsilon=1.0, delta=1e-6)
         assert s.remaining() == before and s.history().num_rows == 0
         # negative control: an OFFSET below the key set's size is answered
         r = s.query(f"SELECT o.o_orderdate, COUNT(*) AS n {_COL}WHERE o.o_orderdate < DATE '1995-01-03' GROUP BY 1 "

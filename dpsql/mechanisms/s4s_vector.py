@@ -1041,9 +1041,10 @@ class VectorJoinMechanism:
     def public_key_set(self, cal: VectorCalibration, engine: Any, plan: ir.QueryPlan) -> pa.Table | None:
         """Before the charge, for post-processing's check of the keys (``key_domain`` for a key set read at run time):
         the keys of a set read from public tables or a declared DATE range (the WHERE's conditions on their columns
-        applied), when the query's HAVING (``plan``'s) may drop some (at most 100 000 keys; public rows only). With it
-        a HAVING on the keys alone that keeps none of them is refused for free, as over a declared domain."""
-        if cal.d is not None or plan.having is None:
+        applied), when the query's HAVING (``plan``'s) may drop some or its OFFSET skip some (at most 100 000 keys;
+        public rows only). With it a HAVING on the keys alone that keeps none of them, or an OFFSET at or beyond their
+        number, is refused for free, as over a declared domain."""
+        if cal.d is not None or (plan.having is None and not plan.offset):
             return None
         sizes = engine.fetch_arrow(key_set_sizes(cal.jp, cal.catalog), what="the public key set")
         if not 0 < math.prod(int(sizes.column(i)[0].as_py()) for i in range(sizes.num_columns)) <= 100_000:
@@ -1086,13 +1087,6 @@ class VectorJoinMechanism:
                 "was charged",
                 hint="check the conditions against the keys' declared ranges and domains, and the public tables' rows "
                      "(explain lists the keys)")
-        if cal.plan.offset is not None and cal.plan.offset >= d:
-            # at most one row per key: an OFFSET skipping that many leaves no row whatever the data, as LIMIT 0 does
-            # (with a declared domain post-processing's check of the keys refuses it)
-            raise UnsupportedQueryError(
-                f"OFFSET {cal.plan.offset} skips every row of the release, which has at most {d} (one per key of the "
-                "public key sets the WHERE's conditions on their columns keep), so it would be charged for nothing; "
-                "nothing was charged", hint=f"use an OFFSET below {d} (explain lists the keys)")
         _params(cal, d)
 
     def release(self, cal: VectorCalibration, bounded: pa.Table | None, rng: NoiseSource) -> Released:
