@@ -33,7 +33,7 @@ from dpsql.plan import ir
 from dpsql.plan.analyze import analyze, is_bin_column, one_value_per_bin, resolve_unit_column, unqualified
 from dpsql.plan.folding import Unfoldable, compared_as_float, float_edges, folded_comparison, to_double
 from dpsql.plan.parse import DIALECT
-from dpsql.plan.typer import shifted_literal
+from dpsql.plan.typer import parse_type, shifted_literal
 
 
 def _unit(table: TableSpec, catalog: dict[str, TableSpec]) -> str:
@@ -898,6 +898,10 @@ def _where_span(dim: Dim, where: exp.Expression | None, strict: bool = False) ->
     return tuple(may)
 
 
+#: date_trunc's units of a fixed length in seconds (a week starts on a Monday, a month has no fixed length: not here)
+_TRUNC_SECONDS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400}
+
+
 def _binned_column(key: exp.Expression, table: TableSpec) -> tuple[str | None, int]:
     if isinstance(key, exp.Column):
         name = key.name.lower()
@@ -906,6 +910,24 @@ def _binned_column(key: exp.Expression, table: TableSpec) -> tuple[str | None, i
         if is_bin_column(name, table) and name not in table.schema:
             return name.removesuffix("_bin"), 1
         return None, 1
+    # date_trunc('<unit>', col) of a TIMESTAMP column whose bins split the unit evenly, from a unit boundary: the
+    # coarser histogram of the units, each labelled by its first bin's start, which is date_trunc's value there
+    if isinstance(key, exp.TimestampTrunc) and isinstance(key.this, exp.Column) and isinstance(key.args.get("unit"), exp.Var):
+        name = key.this.name.lower()
+        c = table.columns.get(name)
+        unit = _TRUNC_SECONDS.get(str(key.args["unit"].this).lower())
+        if (c is None or c.ordered is None or c.ordered.kind == "numeric" or unit is None or not c.ordered.bin_seconds
+                or parse_type(table.schema.get(name, "")).name != "TIMESTAMP"):
+            return None, 1
+        ratio = unit / c.ordered.bin_seconds
+        try:
+            lo = dt.datetime.fromisoformat(str(c.ordered.lo))
+        except ValueError:  # pragma: no cover - the catalog validates the bounds
+            return None, 1
+        if abs(ratio - round(ratio)) > 1e-9 or round(ratio) < 1 or (lo - dt.datetime(lo.year, lo.month, lo.day)) \
+                .total_seconds() % unit != 0 or lo.tzinfo is not None:
+            return None, 1
+        return name, int(round(ratio))
     # floor(col / W) * W  with W a whole multiple of the bin width
     if isinstance(key, exp.Mul) and isinstance(key.this, exp.Floor):
         inner = key.this.this
