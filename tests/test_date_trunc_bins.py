@@ -50,6 +50,15 @@ def test_a_unit_of_several_bins_is_the_coarser_histogram(width: str, unit: str, 
     assert sum(r.table.column("n").to_pylist()) == sum(1 for t in TS if t < end)
 
 
+def test_weeks_from_a_monday() -> None:
+    """2024-01-01 is a Monday: weeks of one-day bins from it."""
+    s = _session(bounds=("2024-01-01", "2024-01-29"), width="1 day")
+    r = s.query("SELECT date_trunc('week', ts) AS w, COUNT(*) AS n FROM t GROUP BY w ORDER BY w", epsilon=1.0)
+    assert r.mechanism == "dawa"
+    assert r.table.column("w").to_pylist() == [START + dt.timedelta(weeks=i) for i in range(4)]
+    assert sum(r.table.column("n").to_pylist()) == len(TS)
+
+
 def test_the_where_narrows_the_units() -> None:
     s = _session()
     r = s.query("SELECT date_trunc('day', ts) AS h, COUNT(*) AS n FROM t WHERE ts >= TIMESTAMP '2024-01-02 00:00:00' "
@@ -61,7 +70,8 @@ def test_the_where_narrows_the_units() -> None:
     ({"bounds": ("2024-01-01 00:30:00", "2024-01-05 00:30:00")}, "hour"),  # bins not from an hour's start
     ({"width": "2 hours"}, "hour"),  # a bin wider than the unit
     ({"width": "7 minutes"}, "hour"),  # bins that do not split the unit evenly
-    ({}, "week"), ({}, "month"),  # units of no fixed length from these bins
+    ({"bounds": ("2024-01-02", "2024-01-30")}, "week"),  # weeks start on Mondays: 2024-01-02 is a Tuesday
+    ({}, "month"),  # a unit of no fixed length
     ({"column": "d", "width": "1 day"}, "day"),  # a DATE column: date_trunc gives a TIMESTAMP, its bins DATEs
 ])
 def test_negative_control_other_truncations_stay_the_sparse_histogram(kwargs: dict, unit: str) -> None:

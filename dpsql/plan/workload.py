@@ -898,8 +898,8 @@ def _where_span(dim: Dim, where: exp.Expression | None, strict: bool = False) ->
     return tuple(may)
 
 
-#: date_trunc's units of a fixed length in seconds (a week starts on a Monday, a month has no fixed length: not here)
-_TRUNC_SECONDS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400}
+#: date_trunc's units of a fixed length in seconds (a week from a Monday's midnight; a month has no fixed length)
+_TRUNC_SECONDS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 604800}
 
 
 def _binned_column(key: exp.Expression, table: TableSpec) -> tuple[str | None, int]:
@@ -924,8 +924,8 @@ def _binned_column(key: exp.Expression, table: TableSpec) -> tuple[str | None, i
             lo = dt.datetime.fromisoformat(str(c.ordered.lo))
         except ValueError:  # pragma: no cover - the catalog validates the bounds
             return None, 1
-        if abs(ratio - round(ratio)) > 1e-9 or round(ratio) < 1 or (lo - dt.datetime(lo.year, lo.month, lo.day)) \
-                .total_seconds() % unit != 0 or lo.tzinfo is not None:
+        since = (lo - dt.datetime(lo.year, lo.month, lo.day)).total_seconds() + 86400 * lo.weekday() * (unit == 604800)
+        if abs(ratio - round(ratio)) > 1e-9 or round(ratio) < 1 or since % unit != 0 or lo.tzinfo is not None:
             return None, 1
         return name, int(round(ratio))
     # floor(col / W) * W  with W a whole multiple of the bin width
