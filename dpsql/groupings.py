@@ -223,6 +223,11 @@ def split(sql: Any, catalog: Mapping[str, Any]) -> Composite | None:
     outputs: list[list[tuple[str, str | None]]] = [[(it.alias_or_name or it.sql(dialect=DIALECT), None)
                                                     for it in b.expressions] for b in selects]
     limit, offset = (_count(stmt.args.get(k), k.upper()) for k in ("limit", "offset"))
+    if offset and offset >= len(selects) and all(b.args.get("group") is None for b in selects):
+        # each SELECT without GROUP BY releases one row at most, whatever the data: an OFFSET skipping that many
+        # leaves none, as LIMIT 0 does
+        raise _bad(f"OFFSET {offset} skips every row of the UNION ALL, whose {len(selects)} SELECTs without GROUP BY "
+                   f"release one row each, so it would be charged for nothing", f"use an OFFSET below {len(selects)}")
     return Composite(sql, "UNION ALL", branches, _order(selects, outputs, stmt.args.get("order")), limit, offset)
 
 

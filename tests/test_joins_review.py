@@ -278,8 +278,12 @@ def test_offset_and_limit_post_process_the_joined_release() -> None:
     s = _graph_session()
     sql = "SELECT COUNT(*) FROM edge e1 JOIN edge e2 ON e1.dst = e2.src"
     try:
-        assert analyze(sql + " LIMIT 1 OFFSET 1", dict(s.tables)).offset == 1
-        assert s.query(sql + " OFFSET 1", epsilon=1.0).table.num_rows == 0
+        assert analyze(sql + " LIMIT 1 OFFSET 0", dict(s.tables)).offset == 0
+        before = s.remaining()
+        # the one released row skipped: no row whatever the data, refused before the charge (as LIMIT 0)
+        with pytest.raises(UnsupportedQueryError, match="charged for nothing"):
+            s.query(sql + " OFFSET 1", epsilon=1.0)
+        assert s.remaining() == before
         assert s.query(sql + " OFFSET 0", epsilon=1.0).table.num_rows == 1
         before = s.remaining()
         with pytest.raises(UnsupportedQueryError, match="LIMIT must be a non-negative integer literal"):

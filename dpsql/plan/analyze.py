@@ -23,6 +23,7 @@ from dpsql.plan.checks import (
     FROM_ON,
     LIMIT_FORM,
     LIMIT_ZERO,
+    OFFSET_PAST_ONE_ROW,
     SUPPORTED_AGGS,
     check_expression_functions,
     check_statement_shape,
@@ -1338,6 +1339,11 @@ class _Builder:
         count = row_count(node)  # (ANSI FETCH FIRST n ROWS ONLY is LIMIT n; n PERCENT and WITH TIES are refused)
         if count == 0 and key == "limit":
             self.violations.append(violation(node, self.sql, LIMIT_ZERO, offset=keyword_offset(self.sql, {"LIMIT", "FETCH"})))
+            return None
+        if count and key == "offset" and not self.keys and stmt.args.get("group") is None:
+            # no GROUP BY: one released row at most, whatever the data; skipping it releases nothing for the charge
+            self.violations.append(violation(node, self.sql, OFFSET_PAST_ONE_ROW.format(n=count),
+                                             offset=keyword_offset(self.sql, {"OFFSET"})))
             return None
         if count is not None:
             return count

@@ -100,7 +100,7 @@ def never_null_literal(e: exp.Expression) -> bool:
 #: clauses evaluated by dpsql over released values only (post-processing)
 POST_CLAUSES = ("SELECT", "HAVING", "ORDER BY", "QUALIFY")
 
-__all__ = ["ANON_AGGS", "LIMIT_ZERO", "POST_CLAUSES", "SUPPORTED_AGGS", "check_expression_functions", "check_statement_shape", "distinct_operand",
+__all__ = ["ANON_AGGS", "LIMIT_ZERO", "OFFSET_PAST_ONE_ROW", "POST_CLAUSES", "SUPPORTED_AGGS", "check_expression_functions", "check_statement_shape", "distinct_operand",
            "func_name",
            "is_aggregate", "never_null_literal", "violation", "written_name"]
 
@@ -112,6 +112,11 @@ LIMIT_FORM = ("must be a non-negative integer literal: a number of rows (a perce
 #: the refusal of LIMIT 0 (FETCH FIRST 0 ROWS): no row is released, so the charge would buy nothing
 LIMIT_ZERO = ("LIMIT 0 releases no row, yet the query would be charged: to see the output columns and the cost for free, "
               "explain the query without LIMIT 0 (dpsql explain, Session.explain)")
+
+#: the refusal of an OFFSET of 1 or more on a query without GROUP BY: it releases one row (or none, after HAVING), which
+#: the OFFSET skips, so the charge would buy nothing whatever the data
+OFFSET_PAST_ONE_ROW = ("a query without GROUP BY releases one row, which OFFSET {n} skips, so it would be charged for "
+                       "nothing; nothing was charged (hint: drop the OFFSET)")
 
 
 def violation(

@@ -77,6 +77,7 @@ from dpsql.plan import ir
 from dpsql.plan.checks import (
     LIMIT_FORM,
     LIMIT_ZERO,
+    OFFSET_PAST_ONE_ROW,
     SUPPORTED_AGGS,
     check_expression_functions,
     check_statement_shape,
@@ -1058,6 +1059,10 @@ class _JoinBuilder:
         count = row_count(node)
         if count == 0 and key == "limit":
             self.bad(node, LIMIT_ZERO)
+            return None
+        if count and key == "offset" and not self.keys and self.stmt.args.get("group") is None:
+            # no GROUP BY: one released row at most, whatever the data; skipping it releases nothing for the charge
+            self.bad(node, OFFSET_PAST_ONE_ROW.format(n=count))
             return None
         if count is not None:
             return count
