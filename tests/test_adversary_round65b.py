@@ -5,9 +5,16 @@ nothing costs.
   (or more) it released no row whatever the data, and was charged (``SELECT COUNT(*) FROM customer c JOIN orders o
   ... OFFSET 1``). The OFFSET that skips a release over public keys was refused for free, as LIMIT 0 is; now this one
   too, and an OFFSET of a UNION ALL at or beyond its SELECTs without GROUP BY (one row each).
+* A GROUP BY over a join whose key set is read before the charge from public tables' rows or a DATE range's days
+  (``n.n_name``, ``o.o_orderdate``, a CASE's results, a lookup join's ``s.s_name``): an OFFSET at or beyond its number
+  of keys, and a HAVING on the keys alone that keeps none of them (``HAVING n.n_name = 'ATLANTIS'``), released no row
+  whatever the data and were charged; over declared keys both were refused for free. The key set is counted (and,
+  with a HAVING, read: public rows only) before the charge, and both are refused there now.
 """
 
 from __future__ import annotations
+
+import datetime
 
 import pytest
 
@@ -45,3 +52,44 @@ def test_negative_control_an_offset_that_leaves_a_row_is_answered(sql: str, rows
     with _session(_data()) as s:
         r = s.query(sql, epsilon=1.0, delta=1e-6)
         assert r.table.num_rows == rows and s.history().num_rows >= 1
+
+
+_NAT = "JOIN nation n ON n.n_nationkey = c.c_nationkey "
+_SUP = "FROM lineitem l JOIN supplier s ON s.s_suppkey = l.l_suppkey "
+
+
+@pytest.mark.parametrize(("sql", "match"), [
+    (f"SELECT n.n_name, COUNT(*) AS n {_COL}{_NAT}GROUP BY 1 OFFSET 2", "skips every row"),
+    (f"SELECT o.o_orderdate, COUNT(*) AS n {_COL}GROUP BY 1 OFFSET 365", "skips every row"),
+    (f"SELECT o.o_orderdate, COUNT(*) AS n {_COL}WHERE o.o_orderdate < DATE '1995-01-03' GROUP BY 1 OFFSET 2",
+     "skips every row"),
+    (f"SELECT CASE WHEN l.l_shipmode = 'MAIL' THEN 'a' ELSE 'b' END AS k, COUNT(*) AS n {_COL}GROUP BY 1 OFFSET 2",
+     "skips every row"),
+    (f"SELECT s.s_name, COUNT(*) AS n {_SUP}GROUP BY 1 OFFSET 3", "skips every row"),
+    (f"SELECT n.n_name, COUNT(*) AS n {_COL}{_NAT}GROUP BY 1 HAVING n.n_name = 'ATLANTIS'", "every public key"),
+    (f"SELECT s.s_name, COUNT(*) AS n {_SUP}GROUP BY 1 HAVING s.s_name = 'S9' AND COUNT(*) > 0", "every public key"),
+    (f"SELECT o.o_orderdate, COUNT(*) AS n {_COL}GROUP BY 1 HAVING o.o_orderdate > DATE '1996-01-01'",
+     "every public key"),
+])
+def test_an_offset_or_having_that_keeps_no_key_of_a_grouped_join_is_refused_for_free(sql: str, match: str) -> None:
+    for extra in (False, True):
+        with _session(_data(extra)) as s:
+            before = s.remaining()
+            with pytest.raises(dpsql.errors.UnsupportedQueryError, match=match):
+                s.query(sql, epsilon=1.0, delta=1e-6)
+            assert s.remaining() == before and s.history().num_rows == 0
+
+
+@pytest.mark.parametrize(("sql", "rows"), [
+    (f"SELECT n.n_name, COUNT(*) AS n {_COL}{_NAT}GROUP BY 1 ORDER BY 1 OFFSET 1", [("GERMANY", 12)]),
+    (f"SELECT o.o_orderdate, COUNT(*) AS n {_COL}WHERE o.o_orderdate < DATE '1995-01-03' GROUP BY 1 ORDER BY 1 OFFSET 1",
+     [(datetime.date(1995, 1, 2), 2)]),
+    (f"SELECT s.s_name, COUNT(*) AS n {_SUP}GROUP BY 1 HAVING s.s_name = 'S2' OR COUNT(*) > 1000", [("S2", None)]),
+    (f"SELECT n.n_name, COUNT(*) AS n {_COL}{_NAT}GROUP BY 1 HAVING n.n_name = 'FRANCE'", [("FRANCE", 12)]),
+])
+def test_negative_control_an_offset_or_having_that_keeps_a_key_is_answered(sql: str, rows: list) -> None:
+    with _session(_data()) as s:
+        r = s.query(sql, epsilon=1.0, delta=1e-6)
+        got = [tuple(x.values()) for x in r.table.to_pylist()]
+        assert [(k, n if want is not None else None) for (k, n), (_, want) in zip(got, rows, strict=True)] == rows
+        assert s.history().num_rows == 1

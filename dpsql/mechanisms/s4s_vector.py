@@ -251,7 +251,7 @@ from dpsql.plan import ir
 from dpsql.plan.join_groups import MAX_GROUPS
 from dpsql.plan.joins import PeopleBound, bound_people
 from dpsql.rewrite.bound import Caps
-from dpsql.rewrite.join_groups import clip_scale, clipped_groups, key_set_sizes, sampled_groups, unowned_scale
+from dpsql.rewrite.join_groups import clip_scale, clipped_groups, key_set, key_set_sizes, sampled_groups, unowned_scale
 from dpsql.rewrite.joins import Part, parts_of
 
 BETA = 0.1
@@ -706,6 +706,9 @@ class VectorCalibration:
     notes: list[str] = field(default_factory=list)
     #: clipping only: this run is one of ``joint`` runs (several aggregates) composed as one Gaussian vector
     joint: int = 1
+    #: a key set read from public tables (``d`` None) by ``check_public`` when the query has a HAVING: its keys, for
+    #: the post-processing's check before the charge (``key_domain``)
+    read_keys: pa.Table | None = None
 
     @property
     def part_epsilon(self) -> float:
@@ -1032,7 +1035,9 @@ class VectorJoinMechanism:
         return {"__a0": "BIGINT" if cal.integer else "DOUBLE"}
 
     def key_domain(self, cal: VectorCalibration) -> pa.Table | None:
-        if cal.d is None or cal.d > 100_000:
+        if cal.d is None:
+            return cal.read_keys
+        if cal.d > 100_000:
             return None
         import itertools
 
@@ -1066,6 +1071,20 @@ class VectorJoinMechanism:
                 "was charged",
                 hint="check the conditions against the keys' declared ranges and domains, and the public tables' rows "
                      "(explain lists the keys)")
+        offset = cal.plan.offset
+        if offset and offset >= d:
+            # the release has one row per key of the key set at most: an OFFSET skipping that many leaves no row
+            # whatever the data, as LIMIT 0 does (the same refusal as over declared keys, dpsql.postprocess)
+            raise UnsupportedQueryError(
+                f"OFFSET {offset} skips every row of the release, which has at most {d} (one per public key the "
+                "conditions on the keys keep), so it would be charged for nothing; nothing was charged",
+                hint=f"use an OFFSET below {d} (explain lists the keys)")
+        if cal.plan.having is not None and d <= 100_000:
+            # the released keys are exactly this set (public rows only): the post-processing's check runs HAVING over
+            # them before the charge, as over declared keys, so conditions on the keys alone that keep none of them
+            # (HAVING n.n_name = 'ATLANTIS', a DATE key's HAVING outside its range) are refused for free
+            keys = engine.fetch_arrow(key_set(cal.jp, cal.catalog), what="the public key set")
+            cal.read_keys = keys.select([k.name for k in cal.jp.keys])
         _params(cal, d)
 
     def release(self, cal: VectorCalibration, bounded: pa.Table | None, rng: NoiseSource) -> Released:
