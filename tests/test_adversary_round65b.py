@@ -10,6 +10,9 @@ nothing costs.
   of keys, and a HAVING on the keys alone that keeps none of them (``HAVING n.n_name = 'ATLANTIS'``), released no row
   whatever the data and were charged; over declared keys both were refused for free. The key set is counted (and,
   with a HAVING, read: public rows only) before the charge, and both are refused there now.
+* The same for a request of several queries (ROLLUP, CUBE, GROUPING SETS, UNION ALL) whose queries' rows are all known
+  before the charge: an OFFSET at or beyond their sum (``GROUP BY ROLLUP (k) OFFSET 3`` over two declared keys) was
+  charged and released no row; refused for free now.
 * Open (charged for nothing): a derived key over a DATE column with a declared range (``year(d)``,
   ``date_trunc('month', d)``, ``d + 1``) keeps its whole key set whatever the WHERE says of the column (documented:
   the earlier years are listed with noisy zeros), so a WHERE keeping no day of the range (``d > DATE '1996-01-01'``
@@ -147,3 +150,35 @@ def test_on_spark_a_having_that_keeps_no_public_key_of_a_grouped_join_is_refused
         assert r.table.column("n_name").to_pylist() == ["A"] and s.history().num_rows == 1
     finally:
         s.close()
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT c_mktsegment, COUNT(*) AS n FROM customer GROUP BY ROLLUP (c_mktsegment) OFFSET 3",
+    f"SELECT l.l_shipmode, COUNT(*) AS n {_COL}GROUP BY ROLLUP (1) OFFSET 3",
+    "SELECT c.c_mktsegment, o.o_orderpriority, COUNT(*) AS n FROM customer c JOIN orders o ON c.c_custkey = o.o_custkey "
+    "GROUP BY CUBE (1, 2) OFFSET 9",
+    "SELECT c_mktsegment, COUNT(*) AS n FROM customer GROUP BY c_mktsegment UNION ALL SELECT 'all', COUNT(*) FROM orders "
+    "OFFSET 3",
+])
+def test_an_offset_past_every_row_of_a_request_of_several_queries_is_refused_for_free(sql: str) -> None:
+    """A ROLLUP, CUBE or UNION ALL whose queries' rows are all known before the charge (one per query without GROUP BY,
+    one per declared key): an OFFSET at or beyond their sum released no row and was charged."""
+    with _session(_data()) as s:
+        with pytest.raises(dpsql.errors.UnsupportedQueryError, match="charged for nothing"):
+            s.query(sql, epsilon=1.0, delta=1e-6)
+        with pytest.raises(dpsql.errors.UnsupportedQueryError, match="charged for nothing"):
+            s.explain(sql, epsilon=1.0, delta=1e-6)
+        assert s.history().num_rows == 0
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT c_mktsegment, COUNT(*) AS n FROM customer GROUP BY ROLLUP (c_mktsegment) ORDER BY 1 NULLS LAST OFFSET 2",
+    f"SELECT l.l_shipmode, COUNT(*) AS n {_COL}GROUP BY ROLLUP (1) ORDER BY 1 NULLS LAST OFFSET 2",
+    "SELECT c_mktsegment, COUNT(*) AS n FROM customer GROUP BY c_mktsegment UNION ALL SELECT 'all', COUNT(*) FROM orders "
+    "OFFSET 2",
+    "SELECT c_phone, COUNT(*) AS n FROM customer GROUP BY ROLLUP (c_phone) OFFSET 1",  # (a sparse histogram: unknown)
+])
+def test_negative_control_an_offset_that_may_leave_a_row_is_answered(sql: str) -> None:
+    with _session(_data()) as s:
+        s.query(sql, epsilon=1.0, delta=1e-6)
+        assert s.history().num_rows == 1
