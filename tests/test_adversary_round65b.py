@@ -13,6 +13,9 @@ nothing costs.
 * The same for a request of several queries (ROLLUP, CUBE, GROUPING SETS, UNION ALL) whose queries' rows are all known
   before the charge: an OFFSET at or beyond their sum (``GROUP BY ROLLUP (k) OFFSET 3`` over two declared keys) was
   charged and released no row; refused for free now.
+* Crash (free): ``options={'clip_norm': 1e308}`` on a grouped join's SUM raised a bare ``OverflowError`` (the noise
+  scale overflowed to inf before its grid's logarithm was taken); a COUNT said 'invalid Gaussian parameters
+  sigma=inf'. Both are a ConfigError naming clip_norm now.
 * Open (charged for nothing): a derived key over a DATE column with a declared range (``year(d)``,
   ``date_trunc('month', d)``, ``d + 1``) keeps its whole key set whatever the WHERE says of the column (documented:
   the earlier years are listed with noisy zeros), so a WHERE keeping no day of the range (``d > DATE '1996-01-01'``
@@ -182,3 +185,18 @@ def test_negative_control_an_offset_that_may_leave_a_row_is_answered(sql: str) -
     with _session(_data()) as s:
         s.query(sql, epsilon=1.0, delta=1e-6)
         assert s.history().num_rows == 1
+
+
+@pytest.mark.parametrize("agg", ["SUM(l.l_quantity)", "COUNT(*)"])
+def test_a_clip_norm_near_the_double_range_is_a_config_error_for_free(agg: str) -> None:
+    """``options={'clip_norm': 1e308}`` on a grouped join: the noise scale it needs overflows to inf; a SUM raised a bare
+    OverflowError ('cannot convert float infinity to integer') and a COUNT said 'invalid Gaussian parameters sigma=inf',
+    both before the charge. Now a ConfigError naming clip_norm; a large but finite one (the control) is answered."""
+    sql = f"SELECT n.n_name, {agg} AS v {_COL}{_NAT}GROUP BY 1"
+    with _session(_data()) as s:
+        with pytest.raises(dpsql.errors.ConfigError, match=r"clip_norm=1e\+308 is too large"):
+            s.query(sql, epsilon=1.0, delta=1e-6, options={"clip_norm": 1e308})
+        assert s.history().num_rows == 0
+        if agg.startswith("SUM"):
+            s.query(sql, epsilon=1.0, delta=1e-6, options={"clip_norm": 1e300})
+            assert s.history().num_rows == 1
