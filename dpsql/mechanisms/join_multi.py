@@ -284,5 +284,14 @@ class MultiGroupedJoinMechanism(MultiJoinMechanism):
     table is counted before the charge for every run (each has its own share of delta)."""
 
     def check_public(self, cal: MultiCalibration, engine: Any) -> None:
-        for c in cal.runs:
+        for j, c in enumerate(cal.runs):
+            if j == 0 and (cal.plan.having is not None or cal.plan.offset):
+                # the runs' plans hold no HAVING nor OFFSET (each releases its aggregate over the key set): the first
+                # run's check sees the whole query's, so that an OFFSET past the key set is refused, and the key set
+                # is read for the post-processing's check of the HAVING (``key_domain`` is the first run's)
+                whole = dataclasses.replace(c, plan=dataclasses.replace(c.plan, having=cal.plan.having,
+                                                                        offset=cal.plan.offset))
+                self.inner.check_public(whole, engine)  # type: ignore[attr-defined]
+                c.read_keys = getattr(whole, "read_keys", None)
+                continue
             self.inner.check_public(c, engine)  # type: ignore[attr-defined]
