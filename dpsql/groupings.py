@@ -41,7 +41,8 @@ import itertools
 import re
 from collections import Counter
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, replace as _replace
+from dataclasses import dataclass
+from dataclasses import replace as _replace
 from fractions import Fraction
 from typing import Any
 

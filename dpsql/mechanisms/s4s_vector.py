@@ -251,7 +251,14 @@ from dpsql.plan import ir
 from dpsql.plan.join_groups import MAX_GROUPS
 from dpsql.plan.joins import PeopleBound, bound_people
 from dpsql.rewrite.bound import Caps
-from dpsql.rewrite.join_groups import clip_scale, clipped_groups, key_set, key_set_sizes, sampled_groups, unowned_scale
+from dpsql.rewrite.join_groups import (
+    clip_scale,
+    clipped_groups,
+    key_set,
+    key_set_sizes,
+    sampled_groups,
+    unowned_scale,
+)
 from dpsql.rewrite.joins import Part, parts_of
 
 BETA = 0.1
