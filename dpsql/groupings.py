@@ -42,6 +42,7 @@ import re
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from dataclasses import replace as _replace
 from fractions import Fraction
 from typing import Any
 
@@ -802,10 +803,53 @@ def _key_types(engine: Any, r: Any, ast: Any) -> dict[str, str]:
     return {**types, **{n: str(row.column(n)[0].as_py()) for n in missing}}
 
 
+def _most_rows(g: Composite, routes: list[Any]) -> int | None:
+    """The most rows the request can release, known before the charge when every query's rows are (one without GROUP
+    BY: one row; over public keys: one per key of the set the post-processing's check runs over), after the LIMIT and
+    OFFSET of each query, of each SELECT and of the whole; None when some query's rows are not known (a sparse
+    histogram's keys are those above its noisy threshold)."""
+    routes_left = iter(routes)
+    total = 0
+    for b in g.branches:
+        rows = 0
+        for _ in b.components:
+            r = next(routes_left)
+            plan = r.request.plan
+            if plan is None:
+                return None
+            if plan.keys:
+                dom = r.mechanism.key_domain(r.calibration)
+                if dom is None:
+                    return None
+                n = dom.num_rows
+            else:
+                n = 1
+            n = max(0, n - (plan.offset or 0))
+            rows += n if plan.limit is None else min(n, plan.limit)
+        rows = max(0, rows - (b.offset or 0))
+        total += rows if b.limit is None else min(rows, b.limit)
+    total = max(0, total - (g.offset or 0))
+    return total if g.limit is None else min(total, g.limit)
+
+
+def _refuse_offset_past_every_row(g: Composite, routes: list[Any]) -> None:
+    """Before the charge: an OFFSET (of the whole, or of a SELECT with groupings) that leaves no row whatever the data
+    is refused, as LIMIT 0 is (``SELECT k, COUNT(*) ... GROUP BY ROLLUP (k) OFFSET 3`` over two declared keys)."""
+    if not (g.offset or any(b.offset for b in g.branches)):
+        return
+    if _most_rows(g, routes) == 0:
+        most = _most_rows(_replace(g, offset=None, limit=None, branches=tuple(
+            _replace(b, offset=None, limit=None) for b in g.branches)), routes)
+        raise _bad(f"the OFFSET skips every row of the {g.kind}, which has at most {most} (one per query without "
+                   "GROUP BY, one per public key of each other query), so it would be charged for nothing",
+                   "use a smaller OFFSET (explain lists the queries)")
+
+
 def explain(session: Any, g: Composite, epsilon: Any, delta: Any, options: Any) -> Plan:
     with session._catalog_lock.reading():
         routes, weights = _routes(session, g, epsilon, delta, options)
         asts = _checked(session, g, routes, salted=False)
+        _refuse_offset_past_every_row(g, routes)
         _types(session, g, routes, asts)
         n = len(asts)
         bounded = "\n".join(f"-- query {i + 1} of {n}: {sql}\n{backends.render_bounded(session._engine, a)}"
@@ -822,6 +866,7 @@ def run(session: Any, g: Composite, epsilon: Any, delta: Any, options: Any) -> R
     """``Session.query`` of ``g``, under the caller's catalog lock (from the analysis to the last read of rows)."""
     routes, weights = _routes(session, g, epsilon, delta, options)
     types = _types(session, g, routes, _checked(session, g, routes, salted=False))  # under a stand-in salt
+    _refuse_offset_past_every_row(g, routes)
     asts = _checked(session, g, routes, salted=True)
     cost, components = _cost(routes), _components(g, routes, weights)
     tables = sorted({t for r in routes for t in r.request.tables})

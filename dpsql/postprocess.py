@@ -490,6 +490,14 @@ def _check_on_keys(backend: _Runs, plan: ir.QueryPlan, aggregate_types: dict[str
             # keys the WHERE lists (analyze.listed_domain) are not declared: named as the query gave them
             marks = [k.listed for k in plan.keys]
             which = "declared" if not any(marks) else "listed" if all(marks) else "listed or declared"
+            if plan.join is not None and any(k.domain is None and not k.listed for k in plan.keys):
+                # a grouped join's key set read from public tables' rows or a DATE range's days (every key released)
+                raise UnsupportedQueryError(
+                    f"the conditions on the GROUP BY keys (in WHERE, or in HAVING alone) exclude every public key "
+                    f"({domains}), so the release would have no row whatever the data, and be charged for nothing; "
+                    "nothing was charged",
+                    hint="check the conditions against the keys' declared ranges and domains, and the public tables' "
+                         "rows (explain lists the keys)")
             raise UnsupportedQueryError(
                 f"the conditions on the GROUP BY keys (in WHERE, or in HAVING alone) exclude every {which} key ({domains}), so the release "
                 "would have no row whatever the data, and be charged for nothing; nothing was charged",

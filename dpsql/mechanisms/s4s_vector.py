@@ -664,6 +664,11 @@ def _clip_fit(epsilon: float, delta: float, d: int, clip: float, integer: bool, 
     for fine in (True, False):
         for share in FP_SHARES if fine else FP_SHARES[-1:]:
             sigma = gaussian_sigma(epsilon, delta * (1.0 - share), sens)
+            if not math.isfinite(sigma):
+                # a clip_norm near the DOUBLE range (1e308) needs a noise scale beyond it (before any charge)
+                raise ConfigError(f"clip_norm={clip!r} is too large: the noise it needs at epsilon={epsilon!r}, "
+                                  f"delta={delta!r} has a scale beyond the DOUBLE range",
+                                  hint="declare a smaller clip_norm (or omit it: the default is Delta x max|value|)")
             base = 0 if integer else math.floor(math.log2(sigma / 16.0))
             for k in range(0, 60):
                 grid = 2.0 ** (base + k)

@@ -53,7 +53,7 @@ from sqlglot import exp
 from dpsql.catalog import TableSpec
 from dpsql.engine.base import SqlOps, source_name
 from dpsql.plan import ir
-from dpsql.plan.joins import flat
+from dpsql.plan.joins import SEP, flat
 from dpsql.plan.typer import DIGEST_TYPE, domain_literal, parse_type
 from dpsql.rewrite import joins
 from dpsql.rewrite.bound import exact_text, fixed_point_scale, guard
@@ -94,14 +94,11 @@ def _public_set(ks: Sequence[ir.JoinKey], jp: ir.JoinPlan, catalog: Mapping[str,
     (``GROUP BY s.s_suppkey, s.s_name``: one key per supplier)."""
     alias = ks[0].alias
     t = catalog[dict(jp.inputs)[alias]]
-    local, _ = _split_where(jp)
-    cols = sorted({*[k.column for k in ks], *[c.name.split("__", 1)[1] for e in local.get(alias, [])
-                                               for c in e.find_all(exp.Column)]})
+    own = _public_conditions(jp, alias)
+    cols = sorted({*[k.column for k in ks], *[c.name.split("__", 1)[1] for e in own for c in e.find_all(exp.Column)]})
     rel: exp.Expression = exp.select(*[exp.alias_(exp.column(c, quoted=True), flat(alias, c)) for c in cols]).from_(
         exp.to_table(t.view or source_name(t.name), quoted=True))
-    conds: list[exp.Expression] = []
-    if local.get(alias):
-        conds += [guard(c, dict(jp.flat_schema)) for c in local[alias]]
+    conds: list[exp.Expression] = [guard(c, dict(jp.flat_schema)) for c in own]
     q = exp.select(*[exp.alias_(_canonical(k, _col(flat(alias, k.column))), k.name) for k in ks]).distinct().from_(
         rel.subquery("__p"))
     for c in conds:
@@ -173,15 +170,70 @@ def _derived_set(k: ir.JoinKey, jp: ir.JoinPlan, catalog: Mapping[str, TableSpec
             q = q.where(guard(c, dict(jp.flat_schema)))
         return q
     t = catalog[dict(jp.inputs)[k.alias]]
-    local, _ = _split_where(jp)
-    read = [c.name for c in k.expr.find_all(exp.Column)] + [c.name for e in local.get(k.alias, []) for c in e.find_all(exp.Column)]
+    own = _public_conditions(jp, k.alias)
+    read = [c.name for c in k.expr.find_all(exp.Column)] + [c.name for e in own for c in e.find_all(exp.Column)]
     cols = sorted({c.split("__", 1)[1] for c in read})
     rel = exp.select(*[exp.alias_(exp.column(c, quoted=True), flat(k.alias, c)) for c in cols]).from_(
         exp.to_table(t.view or source_name(t.name), quoted=True))
     q = exp.select(value).distinct().from_(rel.subquery("__p"))
-    for c in local.get(k.alias, []):
+    for c in own:
         q = q.where(guard(c, dict(jp.flat_schema)))
     return q
+
+
+#: types whose SQL equality is identity of the value (an ON equality then makes both sides one value): integers, exact
+#: decimals, dates, timestamps without a zone, booleans, UUIDs and text (joins compare text under the binary collation);
+#: not floating point (-0.0 = 0.0, NaN) nor anything else
+_IDENTITY_TYPES = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT",
+                   "UHUGEINT", "DECIMAL", "DATE", "TIMESTAMP", "BOOLEAN", "UUID", "VARCHAR")
+
+
+def _public_conditions(jp: ir.JoinPlan, alias: str) -> list[exp.Expression]:
+    """The WHERE's conjuncts a public input ``alias``'s rows must meet for a tuple holding them to pass: those over its
+    columns alone, and those over one other input's columns alone when the inner join's ON equalities make each of
+    those columns equal, in every tuple, to a column of ``alias`` of the same type whose equality is identity (then the
+    conjunct holds of that column too, rewritten onto it). A key set narrowed by them keeps every key a tuple passing
+    the WHERE can have (``WHERE c.c_nationkey > 5`` over ``ON n.n_nationkey = c.c_nationkey`` keeps the nations over 5)."""
+    local, _ = _split_where(jp)
+    out = list(local.get(alias, []))
+    if jp.left or alias in jp.left:
+        return out  # (a LEFT-joined lookup's columns are NULL where no row matched: its ON equalities do not always hold)
+    schema = dict(jp.flat_schema)
+    parent: dict[str, str] = {}
+
+    def find(x: str) -> str:
+        while parent.get(x, x) != x:
+            x = parent[x]
+        return x
+
+    for a, b in jp.conditions:
+        ra, rb = find(a), find(b)
+        if ra != rb:
+            parent[max(ra, rb)] = min(ra, rb)
+    members: dict[str, list[str]] = {}
+    for n in {x for pair in jp.conditions for x in pair}:
+        members.setdefault(find(n), []).append(n)
+
+    def identity(n: str) -> bool:
+        typ = schema.get(n, "").upper()
+        return typ.split("(")[0].strip() in _IDENTITY_TYPES
+
+    for other, conds in local.items():
+        if other == alias:
+            continue
+        for c in conds:
+            onto: dict[str, str] = {}
+            for col in c.find_all(exp.Column):
+                same = sorted(m for m in members.get(find(col.name), []) if m.split(SEP, 1)[0] == alias
+                              and schema.get(m, "").upper() == schema.get(col.name, "").upper() and identity(m))
+                if not same:
+                    break
+                onto[col.name] = same[0]
+            else:
+                if onto:
+                    out.append(c.transform(lambda n, onto=onto: exp.column(onto[n.name], quoted=False)
+                                           if isinstance(n, exp.Column) and n.name in onto else n))
+    return out
 
 
 def _own_conditions(k: ir.JoinKey, jp: ir.JoinPlan) -> list[exp.Expression]:
