@@ -61,7 +61,7 @@ from sqlglot import exp
 
 from dpsql.catalog import TableSpec
 from dpsql.engine.base import BoundedBatch
-from dpsql.errors import ConfigError, DPSQLError, ExecutionError, PolicyError
+from dpsql.errors import ConfigError, DPSQLError, ExecutionError, PolicyError, UnsupportedQueryError
 from dpsql.mechanisms.base import Description, Mechanism, MechanismName, Request, contribution
 from dpsql.mechanisms.basic import BasicMechanism, domain_size
 from dpsql.mechanisms.public_domain import PublicDomain
@@ -588,6 +588,14 @@ def _route_join(
                                           people_count=True)
             if one is not None:
                 return one
+            computed = [k.sql for k in plan.join.keys if k.kind in ("year", "derived")]
+            if computed and _counts_people_only(counted, people):  # (one_table_plan: the one-table path declares key sets of columns only)
+                raise UnsupportedQueryError(
+                    f"COUNT(DISTINCT person) over this join is answered grouped by columns only (declared domains, "
+                    f"public lookup columns, private columns), not by {', '.join(computed)}, whose key set is computed "
+                    "from public values (a DATE column's declared days, year(...), a CASE, an expression)",
+                    hint="group by a column (declare the domain of the values to release, e.g. a bucket column), or "
+                         "count join tuples with COUNT(*) over these keys")
     if plan.join.one_table_only:  # aggregates the join mechanisms do not answer
         _refuse_one_table_only(plan, options, _lookup_join(plan.join, people, catalog))
     refused = [k.refusal for k in plan.join.keys if k.refusal is not None]
@@ -677,12 +685,53 @@ def _people_count_plan(plan: ir.QueryPlan, people: Any) -> ir.QueryPlan | None:
             break
         same |= more
     unit = flat(owner.alias, owner.column)
+    _refuse_person_keys(plan, jp.statement, same - {unit}, unit)
     statement = jp.statement.copy()
     for d in list(statement.find_all(exp.Distinct)):
         if isinstance(d.parent, exp.Count) and len(d.expressions) == 1 and isinstance(d.expressions[0], exp.Column) \
                 and not d.expressions[0].table and d.expressions[0].name in same:
             d.expressions[0].replace(exp.column(unit, quoted=False))
     return dataclasses.replace(plan, join=dataclasses.replace(jp, statement=statement))
+
+
+def _counts_people_only(plan: ir.QueryPlan, people: Any) -> bool:
+    """Every aggregate of ``_people_count_plan``'s statement is ``COUNT(DISTINCT <the owner's column>)``."""
+    from dpsql.plan.joins import flat
+
+    assert plan.join is not None and plan.join.statement is not None and people.owner is not None
+    unit = flat(people.owner.alias, people.owner.column)
+    aggs = list(plan.join.statement.find_all(exp.AggFunc))
+    return bool(aggs) and all(
+        isinstance(a, exp.Count) and isinstance(a.this, exp.Distinct) and len(a.this.expressions) == 1
+        and isinstance(a.this.expressions[0], exp.Column) and a.this.expressions[0].name == unit
+        and not isinstance(a.parent, exp.Filter) for a in aggs)
+
+
+def _refuse_person_keys(plan: ir.QueryPlan, statement: exp.Select, same: set[str], unit: str) -> None:
+    """A count of people grouped by a column the ON equates with the person (``o.o_custkey`` beside the unit
+    ``c.c_custkey``): every group holds one person, as a GROUP BY of the unit itself, which the one-table analysis
+    refuses for free; refused alike here (the SQL and the catalog only), not charged for a release of no row."""
+    from dpsql.plan.checks import violation
+    from dpsql.plan.joins import SEP, _raise
+
+    items = statement.expressions
+    aliases = {it.alias.lower(): it.this for it in items if isinstance(it, exp.Alias)}
+    bad = []
+    for g in (statement.args.get("group") or exp.Group()).expressions:
+        key = g
+        if isinstance(g, exp.Literal) and g.is_int and 1 <= int(g.this) <= len(items):
+            key = items[int(g.this) - 1]
+        elif isinstance(g, exp.Column) and not g.table and g.name.lower() in aliases and g.name not in same:
+            key = aliases[g.name.lower()]
+        if isinstance(key, exp.Alias):
+            key = key.this
+        if isinstance(key, exp.Column) and not key.table and key.name in same:
+            written, person = key.name.replace(SEP, ".", 1), unit.replace(SEP, ".", 1)
+            bad.append(violation(g, plan.sql, (
+                f"GROUP BY '{written}', which the join's ON equates with the privacy unit '{person}', is refused: each "
+                "group holds one person, so no group can pass the release threshold (nothing would be released, yet the "
+                f"query would be charged); group by another column, or count people with COUNT(DISTINCT {person})")))
+    _raise(bad)
 
 
 def _lookup_join(jp: ir.JoinPlan, people: Any, catalog: Mapping[str, TableSpec]) -> bool:
