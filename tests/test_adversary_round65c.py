@@ -2,12 +2,13 @@
 (``dpsql.mechanisms.lookup``, "People counted over a join").
 
 * The count itself holds its sensitivity on adversarial rows: referenced keys held by several people (the unique-key
-  filter), NULL and dangling keys, a person's rows repeated, a self-join of the person's table, declared domains and
-  private columns as keys, C_u of 1 and 2: removing one person and every row reaching them moves each group's count by
+  filter), NULL and dangling keys, a person's rows repeated, a self-join of an account table, declared domains as
+  keys, C_u of 1 and 2: removing one person and every row reaching them moves each group's count by
   at most 1, in at most C_u groups (negative control: removing two people moves one count by 2).
 * ``GROUP BY o.o_custkey``, a column the ON equates with the person ``c.c_custkey``, beside the count of people was
   charged and released no row (each group holds one person: none passes the sparse histogram's threshold), while
   ``GROUP BY c.c_custkey`` is refused for free, as on one table. Both are now refused for free.
+* explain named the owner by an internal column name (``c__c_custkey``), now as the query does (``c.c_custkey``).
 * A count of people grouped by a key whose set is computed from public values (a DATE column's declared days,
   ``year(...)``, a CASE) was refused with a message saying that ``COUNT(DISTINCT person)`` alone over such a join is
   answered, which is what the query asked: the message now names the key as the problem.
@@ -169,3 +170,11 @@ def test_negative_control_another_distinct_count_over_a_computed_key_keeps_its_m
         with pytest.raises(UnsupportedQueryError, match="except COUNT\\(DISTINCT person\\) alone"):
             s.query(f"SELECT year(o.o_orderdate) AS y, COUNT(DISTINCT o.o_orderkey) AS n {_COL}GROUP BY 1",
                     epsilon=1.0, delta=1e-6)
+
+
+def test_explain_names_the_owner_as_the_query_does() -> None:
+    """explain's note named the owner by the joined relation's internal column name ('c__c_custkey')."""
+    with _session(_data()) as s:
+        notes = s.explain(f"SELECT COUNT(DISTINCT o.o_custkey) AS n {_COL}", epsilon=1.0, delta=1e-6).notes
+    note = next(n for n in notes if n.startswith("people counted over a join"))
+    assert "whose unit is the owner (c.c_custkey)" in note and "__" not in note
