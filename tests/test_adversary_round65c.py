@@ -178,3 +178,12 @@ def test_explain_names_the_owner_as_the_query_does() -> None:
         notes = s.explain(f"SELECT COUNT(DISTINCT o.o_custkey) AS n {_COL}", epsilon=1.0, delta=1e-6).notes
     note = next(n for n in notes if n.startswith("people counted over a join"))
     assert "whose unit is the owner (c.c_custkey)" in note and "__" not in note
+
+
+def test_negative_control_another_distinct_count_grouped_by_the_persons_column_keeps_its_message() -> None:
+    """Only a count of people is told that each group holds one person; another distinct count keeps the refusal of
+    distinct counts over such joins."""
+    with _session(_data()) as s:
+        with pytest.raises(UnsupportedQueryError, match="except COUNT\\(DISTINCT person\\) alone"):
+            s.query(f"SELECT o.o_custkey, COUNT(DISTINCT o.o_orderkey) AS n {_COL}GROUP BY 1", epsilon=1.0, delta=1e-6)
+        assert s.history().num_rows == 0

@@ -685,13 +685,15 @@ def _people_count_plan(plan: ir.QueryPlan, people: Any) -> ir.QueryPlan | None:
             break
         same |= more
     unit = flat(owner.alias, owner.column)
-    _refuse_person_keys(plan, jp.statement, same - {unit}, unit)
     statement = jp.statement.copy()
     for d in list(statement.find_all(exp.Distinct)):
         if isinstance(d.parent, exp.Count) and len(d.expressions) == 1 and isinstance(d.expressions[0], exp.Column) \
                 and not d.expressions[0].table and d.expressions[0].name in same:
             d.expressions[0].replace(exp.column(unit, quoted=False))
-    return dataclasses.replace(plan, join=dataclasses.replace(jp, statement=statement))
+    counted = dataclasses.replace(plan, join=dataclasses.replace(jp, statement=statement))
+    if _counts_people_only(counted, people):
+        _refuse_person_keys(plan, jp.statement, same - {unit}, unit)
+    return counted
 
 
 def _counts_people_only(plan: ir.QueryPlan, people: Any) -> bool:
