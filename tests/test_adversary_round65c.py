@@ -134,6 +134,8 @@ def test_negative_control_removing_two_people_moves_a_count_by_two() -> None:
     f"SELECT o.o_custkey AS k, COUNT(DISTINCT c.c_custkey) AS n {_COL}GROUP BY k",
     f"SELECT COUNT(DISTINCT o.o_custkey) AS n {_COL}GROUP BY o.o_custkey",
     f"SELECT l.l_shipmode, o.o_custkey, COUNT(DISTINCT c.c_custkey) AS n {_COL}GROUP BY 1, 2",
+    f"SELECT o.o_custkey, COUNT(DISTINCT c.c_custkey) AS n {_COL}GROUP BY ALL",
+    f"SELECT (o.o_custkey) AS k, COUNT(DISTINCT c.c_custkey) AS n {_COL}GROUP BY (o.o_custkey)",
 ])
 def test_a_count_of_people_grouped_by_a_column_equated_with_the_person_is_refused_for_free(sql: str) -> None:
     with _session(_data()) as s:
@@ -150,9 +152,12 @@ def test_negative_control_grouping_the_people_by_another_column_is_answered() ->
         r = s.query(f"SELECT l.l_shipmode AS m, COUNT(DISTINCT c.c_custkey) AS n {_COL}GROUP BY 1 ORDER BY 1",
                     epsilon=1.0, delta=1e-6)
         assert sum(x["n"] for x in r.to_pylist()) == 6 and s.history().num_rows == 1
-        # (the unit itself was refused already)
-        with pytest.raises(UnsupportedQueryError, match="GROUP BY the privacy unit 'c.c_custkey'"):
-            s.query(f"SELECT c.c_custkey, COUNT(DISTINCT o.o_custkey) AS n {_COL}GROUP BY 1", epsilon=1.0, delta=1e-6)
+        # (the unit itself was refused already; GROUP BY ALL of it too now)
+        for group in ("1", "ALL"):
+            with pytest.raises(UnsupportedQueryError, match="GROUP BY the privacy unit 'c.c_custkey'"):
+                s.query(f"SELECT c.c_custkey, COUNT(DISTINCT o.o_custkey) AS n {_COL}GROUP BY {group}", epsilon=1.0,
+                        delta=1e-6)
+        assert s.history().num_rows == 1
 
 
 @pytest.mark.parametrize("key", ["o.o_orderdate", "year(o.o_orderdate)",

@@ -61,7 +61,14 @@ from sqlglot import exp
 
 from dpsql.catalog import TableSpec
 from dpsql.engine.base import BoundedBatch
-from dpsql.errors import ConfigError, DPSQLError, ExecutionError, PolicyError, UnsupportedQueryError
+from dpsql.errors import (
+    ConfigError,
+    DPSQLError,
+    ExecutionError,
+    PolicyError,
+    UnsupportedQueryError,
+    Violation,
+)
 from dpsql.mechanisms.base import Description, Mechanism, MechanismName, Request, contribution
 from dpsql.mechanisms.basic import BasicMechanism, domain_size
 from dpsql.mechanisms.public_domain import PublicDomain
@@ -710,29 +717,28 @@ def _counts_people_only(plan: ir.QueryPlan, people: Any) -> bool:
 
 
 def _refuse_person_keys(plan: ir.QueryPlan, statement: exp.Select, same: set[str], unit: str) -> None:
-    """A count of people grouped by a column the ON equates with the person (``o.o_custkey`` beside the unit
-    ``c.c_custkey``): every group holds one person, as a GROUP BY of the unit itself, which the one-table analysis
-    refuses for free; refused alike here (the SQL and the catalog only), not charged for a release of no row."""
+    """A count of people grouped by the person's column or one the ON equates with it (``o.o_custkey`` beside the
+    unit ``c.c_custkey``, however the GROUP BY names it: ``GROUP BY 1``, an alias, ``ALL``, parentheses): every group
+    holds one person, as a GROUP BY of the unit on one table, which is refused for free; refused alike here (the SQL
+    and the catalog only), not charged for a release of no row."""
     from dpsql.plan.checks import violation
     from dpsql.plan.joins import SEP, _raise
 
-    items = statement.expressions
-    aliases = {it.alias.lower(): it.this for it in items if isinstance(it, exp.Alias)}
+    assert plan.join is not None
+    person = unit.replace(SEP, ".", 1)
     bad = []
-    for g in (statement.args.get("group") or exp.Group()).expressions:
-        key = g
-        if isinstance(g, exp.Literal) and g.is_int and 1 <= int(g.this) <= len(items):
-            key = items[int(g.this) - 1]
-        elif isinstance(g, exp.Column) and not g.table and g.name.lower() in aliases and g.name not in same:
-            key = aliases[g.name.lower()]
-        if isinstance(key, exp.Alias):
-            key = key.this
-        if isinstance(key, exp.Column) and not key.table and key.name in same:
-            written, person = key.name.replace(SEP, ".", 1), unit.replace(SEP, ".", 1)
-            bad.append(violation(g, plan.sql, (
-                f"GROUP BY '{written}', which the join's ON equates with the privacy unit '{person}', is refused: each "
-                "group holds one person, so no group can pass the release threshold (nothing would be released, yet the "
-                f"query would be charged); group by another column, or count people with COUNT(DISTINCT {person})")))
+    for k in plan.join.keys:
+        if not (isinstance(k.expr, exp.Column) and not k.expr.table and k.expr.name in same):
+            continue
+        written = k.expr.name.replace(SEP, ".", 1)
+        what = (f"GROUP BY the privacy unit '{person}'" if k.expr.name == unit else
+                f"GROUP BY '{written}', which the join's ON equates with the privacy unit '{person}',")
+        message = (f"{what} is refused: each group holds one person, so no group can pass the release threshold "
+                   "(nothing would be released, yet the query would be charged); group by another column, or count "
+                   f"people with COUNT(DISTINCT {person})")
+        node = next((c for c in statement.find_all(exp.Column) if c.name == k.expr.name
+                     and not isinstance(c.parent, exp.Distinct)), None)
+        bad.append(violation(node, plan.sql, message) if node is not None else Violation(message))
     _raise(bad)
 
 
