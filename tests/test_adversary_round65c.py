@@ -9,6 +9,8 @@
   charged and released no row (each group holds one person: none passes the sparse histogram's threshold), while
   ``GROUP BY c.c_custkey`` is refused for free, as on one table. Both are now refused for free.
 * explain named the owner by an internal column name (``c__c_custkey``), now as the query does (``c.c_custkey``).
+* One table: ``GROUP BY (c_custkey)`` (parentheses) was charged and released no row, and ``GROUP BY (col)`` of a
+  column with a declared domain lost the domain; GROUP BY (col) is now GROUP BY col.
 * A count of people grouped by a key whose set is computed from public values (a DATE column's declared days,
   ``year(...)``, a CASE) was refused with a message saying that ``COUNT(DISTINCT person)`` alone over such a join is
   answered, which is what the query asked: the message now names the key as the problem.
@@ -192,3 +194,25 @@ def test_negative_control_another_distinct_count_grouped_by_the_persons_column_k
         with pytest.raises(UnsupportedQueryError, match="except COUNT\\(DISTINCT person\\) alone"):
             s.query(f"SELECT o.o_custkey, COUNT(DISTINCT o.o_orderkey) AS n {_COL}GROUP BY 1", epsilon=1.0, delta=1e-6)
         assert s.history().num_rows == 0
+
+
+def test_one_table_group_by_a_parenthesized_unit_is_refused_for_free() -> None:
+    """``GROUP BY (c_custkey)`` on one table was charged and released no row (the parentheses hid the unit from its
+    refusal: a private expression's sparse histogram, one person per group), and ``GROUP BY (c_mktsegment)`` lost the
+    column's declared domain (released nothing at zero noise). GROUP BY (col) is GROUP BY col."""
+    with _session(_data()) as s:
+        for sql in ("SELECT (c_custkey), COUNT(*) AS n FROM customer GROUP BY (c_custkey)",
+                    "SELECT ((c_custkey)) AS k, COUNT(*) AS n FROM customer GROUP BY 1"):
+            with pytest.raises(UnsupportedQueryError, match="GROUP BY the privacy unit 'c_custkey'"):
+                s.query(sql, epsilon=1.0, delta=1e-6)
+        assert s.history().num_rows == 0
+        r = s.query("SELECT c_mktsegment AS m, COUNT(*) AS n FROM customer GROUP BY (c_mktsegment) ORDER BY 1",
+                    epsilon=1.0, delta=1e-6)
+        assert r.to_pylist() == [{"m": "BUILDING", "n": 3}, {"m": "MACHINERY", "n": 3}]
+
+
+def test_negative_control_one_table_group_by_the_bare_column_is_unchanged() -> None:
+    with _session(_data()) as s:
+        r = s.query("SELECT c_mktsegment AS m, COUNT(*) AS n FROM customer GROUP BY c_mktsegment ORDER BY 1",
+                    epsilon=1.0, delta=1e-6)
+        assert r.to_pylist() == [{"m": "BUILDING", "n": 3}, {"m": "MACHINERY", "n": 3}]
