@@ -216,3 +216,16 @@ def test_negative_control_one_table_group_by_the_bare_column_is_unchanged() -> N
         r = s.query("SELECT c_mktsegment AS m, COUNT(*) AS n FROM customer GROUP BY c_mktsegment ORDER BY 1",
                     epsilon=1.0, delta=1e-6)
         assert r.to_pylist() == [{"m": "BUILDING", "n": 3}, {"m": "MACHINERY", "n": 3}]
+
+
+def test_reuse_of_a_synopsis_for_a_count_of_people_over_a_join_is_refused_naming_the_join() -> None:
+    """The refusal said 'a lookup join's rows are the table's rows joined with lookup rows' of a join of three private
+    tables (negative control: a lookup join keeps its message)."""
+    with _session(_data()) as s:
+        with pytest.raises(dpsql.errors.PolicyError, match="the join's tuples are several tables' rows joined"):
+            s.query(f"SELECT COUNT(DISTINCT c.c_custkey) AS n {_COL}", epsilon=1.0, delta=1e-6,
+                    options={"reuse": "synopsis"})
+        with pytest.raises(dpsql.errors.PolicyError, match="a lookup join's rows are the table's rows joined"):
+            s.query("SELECT COUNT(DISTINCT c.c_custkey) AS n FROM customer c JOIN nation n ON n.n_nationkey = "
+                    "c.c_nationkey", epsilon=1.0, delta=1e-6, options={"reuse": "synopsis"})
+        assert s.history().num_rows == 0

@@ -922,8 +922,10 @@ def _route_lookup_one_table(
         return None
     _check_public_groups(one)
     if options.get("reuse") == "synopsis":  # a stored synopsis is of the table's rows, never of them joined with lookups
-        raise PolicyError("reuse='synopsis' reads a stored synopsis of one table's rows; a lookup join's rows are the "
-                          "table's rows joined with lookup rows, which no stored synopsis holds", hint="omit the reuse "
+        joined = ("the join's tuples are several tables' rows joined" if people_count else
+                  "a lookup join's rows are the table's rows joined with lookup rows")
+        raise PolicyError(f"reuse='synopsis' reads a stored synopsis of one table's rows; {joined}, which no stored "
+                          "synopsis holds", hint="omit the reuse "
                           "option (the query is then answered on its own, and charged: explain shows the cost)")
     quantiles = [a.sql for a in one.aggregates if a.kind in ir.QUANTILE_KINDS]
     if quantiles or forced == "exponential":
