@@ -188,7 +188,7 @@ class LookupJoin:
         if self.people_count:
             note = ("people counted over a join whose every tuple belongs to one person: the inputs joined, each capped "
                     f"at its rows per joined value ({'; '.join(caps)}), then bounded as one table whose unit is "
-                    f"the owner ({self.unit}); each person counts once (per group) whatever their tuples")
+                    f"the owner ({self.unit.replace('__', '.', 1)}); each person counts once (per group) whatever their tuples")
         else:
             note = ("lookup join: the private rows joined with the public lookup rows (each lookup capped at one row "
                     f"per joined value: {'; '.join(caps)}), then bounded as one table")

@@ -61,7 +61,14 @@ from sqlglot import exp
 
 from dpsql.catalog import TableSpec
 from dpsql.engine.base import BoundedBatch
-from dpsql.errors import ConfigError, DPSQLError, ExecutionError, PolicyError
+from dpsql.errors import (
+    ConfigError,
+    DPSQLError,
+    ExecutionError,
+    PolicyError,
+    UnsupportedQueryError,
+    Violation,
+)
 from dpsql.mechanisms.base import Description, Mechanism, MechanismName, Request, contribution
 from dpsql.mechanisms.basic import BasicMechanism, domain_size
 from dpsql.mechanisms.public_domain import PublicDomain
@@ -588,6 +595,14 @@ def _route_join(
                                           people_count=True)
             if one is not None:
                 return one
+            computed = [k.sql for k in plan.join.keys if k.kind in ("year", "derived")]
+            if computed and _counts_people_only(counted, people):  # (one_table_plan: the one-table path declares key sets of columns only)
+                raise UnsupportedQueryError(
+                    f"COUNT(DISTINCT person) over this join is answered grouped by columns only (declared domains, "
+                    f"public lookup columns, private columns), not by {', '.join(computed)}, whose key set is computed "
+                    "from public values (a DATE column's declared days, year(...), a CASE, an expression)",
+                    hint="group by a column (declare the domain of the values to release, e.g. a bucket column), or "
+                         "count join tuples with COUNT(*) over these keys")
     if plan.join.one_table_only:  # aggregates the join mechanisms do not answer
         _refuse_one_table_only(plan, options, _lookup_join(plan.join, people, catalog))
     refused = [k.refusal for k in plan.join.keys if k.refusal is not None]
@@ -682,7 +697,49 @@ def _people_count_plan(plan: ir.QueryPlan, people: Any) -> ir.QueryPlan | None:
         if isinstance(d.parent, exp.Count) and len(d.expressions) == 1 and isinstance(d.expressions[0], exp.Column) \
                 and not d.expressions[0].table and d.expressions[0].name in same:
             d.expressions[0].replace(exp.column(unit, quoted=False))
-    return dataclasses.replace(plan, join=dataclasses.replace(jp, statement=statement))
+    counted = dataclasses.replace(plan, join=dataclasses.replace(jp, statement=statement))
+    if _counts_people_only(counted, people):
+        _refuse_person_keys(plan, jp.statement, same - {unit}, unit)
+    return counted
+
+
+def _counts_people_only(plan: ir.QueryPlan, people: Any) -> bool:
+    """Every aggregate of ``_people_count_plan``'s statement is ``COUNT(DISTINCT <the owner's column>)``."""
+    from dpsql.plan.joins import flat
+
+    assert plan.join is not None and plan.join.statement is not None and people.owner is not None
+    unit = flat(people.owner.alias, people.owner.column)
+    aggs = list(plan.join.statement.find_all(exp.AggFunc))
+    return bool(aggs) and all(
+        isinstance(a, exp.Count) and isinstance(a.this, exp.Distinct) and len(a.this.expressions) == 1
+        and isinstance(a.this.expressions[0], exp.Column) and a.this.expressions[0].name == unit
+        and not isinstance(a.parent, exp.Filter) for a in aggs)
+
+
+def _refuse_person_keys(plan: ir.QueryPlan, statement: exp.Select, same: set[str], unit: str) -> None:
+    """A count of people grouped by the person's column or one the ON equates with it (``o.o_custkey`` beside the
+    unit ``c.c_custkey``, however the GROUP BY names it: ``GROUP BY 1``, an alias, ``ALL``, parentheses): every group
+    holds one person, as a GROUP BY of the unit on one table, which is refused for free; refused alike here (the SQL
+    and the catalog only), not charged for a release of no row."""
+    from dpsql.plan.checks import violation
+    from dpsql.plan.joins import SEP, _raise
+
+    assert plan.join is not None
+    person = unit.replace(SEP, ".", 1)
+    bad = []
+    for k in plan.join.keys:
+        if not (isinstance(k.expr, exp.Column) and not k.expr.table and k.expr.name in same):
+            continue
+        written = k.expr.name.replace(SEP, ".", 1)
+        what = (f"GROUP BY the privacy unit '{person}'" if k.expr.name == unit else
+                f"GROUP BY '{written}', which the join's ON equates with the privacy unit '{person}',")
+        message = (f"{what} is refused: each group holds one person, so no group can pass the release threshold "
+                   "(nothing would be released, yet the query would be charged); group by another column, or count "
+                   f"people with COUNT(DISTINCT {person})")
+        node = next((c for c in statement.find_all(exp.Column) if c.name == k.expr.name
+                     and not isinstance(c.parent, exp.Distinct)), None)
+        bad.append(violation(node, plan.sql, message) if node is not None else Violation(message))
+    _raise(bad)
 
 
 def _lookup_join(jp: ir.JoinPlan, people: Any, catalog: Mapping[str, TableSpec]) -> bool:
@@ -865,8 +922,10 @@ def _route_lookup_one_table(
         return None
     _check_public_groups(one)
     if options.get("reuse") == "synopsis":  # a stored synopsis is of the table's rows, never of them joined with lookups
-        raise PolicyError("reuse='synopsis' reads a stored synopsis of one table's rows; a lookup join's rows are the "
-                          "table's rows joined with lookup rows, which no stored synopsis holds", hint="omit the reuse "
+        joined = ("the join's tuples are several tables' rows joined" if people_count else
+                  "a lookup join's rows are the table's rows joined with lookup rows")
+        raise PolicyError(f"reuse='synopsis' reads a stored synopsis of one table's rows; {joined}, which no stored "
+                          "synopsis holds", hint="omit the reuse "
                           "option (the query is then answered on its own, and charged: explain shows the cost)")
     quantiles = [a.sql for a in one.aggregates if a.kind in ir.QUANTILE_KINDS]
     if quantiles or forced == "exponential":
