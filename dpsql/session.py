@@ -162,16 +162,11 @@ class Session(SessionObject):
         ast = None if salt is None else backends.bounded_under(self._engine, r, salt, key, self._bound_ok)
         if key not in self._bound_ok:
             ast = r.bounded(SALT_PLACEHOLDER, self._engine.ops) if salt is None else ast
-            public = backends.PublicReads(self._engine, self._catalog)
-            getattr(r.mechanism, "check_public", lambda *_: None)(r.calibration, public)
+            getattr(r.mechanism, "check_public", lambda *_: None)(r.calibration, backends.PublicReads(self._engine, self._catalog))
             key_types = backends.describe_bounded(self._engine, ast)  # every query of a batch is bound
             if r.request.plan is not None:
-                # the released keys when they are public: declared (the calibration's), or read from public tables
-                domain = r.mechanism.key_domain(r.calibration)
-                if domain is None and hasattr(r.mechanism, "public_key_set"):
-                    domain = r.mechanism.public_key_set(r.calibration, public, r.request.plan)
                 postprocess.check(self._engine, r.request.plan, key_types, r.mechanism.released_types(r.calibration),
-                                  domain)
+                                  backends.public_key_domain(r, self._engine, self._catalog))
             backends.remember_bind_check(self._bound_ok, key)
         return ast
 

@@ -126,6 +126,16 @@ class PublicReads:
         return self._backend.fetch_arrow(ast, what=what)
 
 
+def public_key_domain(r: Any, backend: ExecutionBackend, catalog: Any) -> Any:
+    """The keys a route releases when they are public, for post-processing's check before the charge: declared (the
+    calibration's ``key_domain``), or read from public tables only (``PublicReads``; ``public_key_set``: a grouped
+    join's key set read at run time, when the query's HAVING or OFFSET may drop keys); None otherwise."""
+    domain = r.mechanism.key_domain(r.calibration)
+    if domain is None and hasattr(r.mechanism, "public_key_set"):
+        domain = r.mechanism.public_key_set(r.calibration, PublicReads(backend, catalog), r.request.plan)
+    return domain
+
+
 def describe_bounded(backend: ExecutionBackend, ast: Any) -> dict[str, str]:
     """Column types of a bounded relation by binding it (no row read); of a batch, every query is bound
     (so each is refused before the charge if it does not bind) and the first one's types returned."""
@@ -151,6 +161,7 @@ __all__ = [
     "BoundedBatch",
     "PublicReads",
     "describe_bounded",
+    "public_key_domain",
     "fetch_bounded",
     "bounded_under",
     "remember_bind_check",
