@@ -37,6 +37,7 @@ types whose combination a value could fail to convert to (``_widens``).
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import re
 from collections import Counter
@@ -647,8 +648,29 @@ def _checked(session: Any, g: Composite, routes: list[Any], salted: bool) -> lis
     for i, (sql, r) in enumerate(zip(g.components, routes, strict=True)):
         with _naming(g, i, n, sql):
             salt = None if r.description.reuse_of is not None else session._noise.salt()
-            out.append(session._bind_check(r, salt) if salted else session._bind_check(r))
+            out.append(session._bind_check(r, salt, alone=False) if salted else session._bind_check(r, alone=False))
+    _refuse_no_row_at_all(session, g, routes)
     return out
+
+
+def _refuse_no_row_at_all(session: Any, g: Composite, routes: list[Any]) -> None:
+    """Refuse, for free, a request each of whose queries has no row whatever the data (``postprocess.no_row_refusal``):
+    it would be charged for nothing. One such query beside others is answered (``GROUP BY ROLLUP (k) HAVING
+    GROUPING(k) = 1``: the query grouping by k has no row, the total has one)."""
+    first = None
+    for i, (sql, r) in enumerate(zip(g.components, routes, strict=True)):
+        if r.request.plan is None:
+            return
+        refusal = postprocess.no_row_refusal(session._engine, r.request.plan,
+                                             functools.partial(r.mechanism.key_domain, r.calibration))
+        if refusal is None:
+            return
+        if first is None:
+            first = (i, sql, refusal)
+    if first is not None:
+        i, sql, refusal = first
+        with _naming(g, i, len(routes), sql):
+            raise refusal
 
 
 @contextlib.contextmanager

@@ -29,7 +29,14 @@ from sqlglot.errors import ParseError
 from dpsql.errors import ExecutionError, QueryTypeError, UnsupportedQueryError
 from dpsql.mechanisms.base import Released
 from dpsql.plan import ir, windows
-from dpsql.plan.typer import INTERVAL_FORM, guarded_shift, interval_parts, parse_type
+from dpsql.plan.typer import (
+    INTERVAL_FORM,
+    TypeRefusal,
+    guarded_shift,
+    interval_parts,
+    parse_type,
+    type_predicate,
+)
 from dpsql.rewrite.render import type_text
 
 
@@ -356,6 +363,69 @@ def check(
         raise AssertionError("post-processing check needs the key types or the key values")
     if key_domain is not None:
         _check_on_keys(backend, plan, aggregate_types, key_domain)
+
+
+def _constant_conjuncts(e: exp.Expression | None) -> list[exp.Expression]:
+    """The conjuncts of ``e`` that read nothing (no column, aggregate, window nor subquery): each is one value
+    whatever the data (``1 = 0``, ``FALSE``, ``NULL``, ``'a' > 'b'``)."""
+    if e is None:
+        return []
+    while isinstance(e, exp.Paren):
+        e = e.this
+    if isinstance(e, exp.And):
+        return _constant_conjuncts(e.this) + _constant_conjuncts(e.expression)
+    if any(isinstance(n, (exp.Column, exp.AggFunc, exp.Window, exp.Select, exp.Star, exp.Placeholder)) for n in e.walk()):
+        return []
+    return [e]
+
+
+def _true_constant(backend: _Runs, condition: exp.Expression) -> bool:
+    """Whether a condition that reads nothing is true (NULL, false or failing: not), evaluated by the engine over a
+    public one-row relation (reads no private row)."""
+    test = exp.Try(this=exp.cast(condition, "BOOLEAN", copy=False))
+    one = pa.table({"__one": pa.array([1], pa.int64())})
+    return backend.post_process(one, lambda rel: exp.select("__one").from_(rel).where(test)).num_rows > 0
+
+
+def refuse_no_row(backend: _Runs, route: Any) -> None:
+    """Raise :func:`no_row_refusal` of a query sent alone (a route: its plan, mechanism and calibration); a query of
+    several groupings is refused so only with the others (``dpsql.groupings``)."""
+    if route.request.plan is not None:
+        refusal = no_row_refusal(backend, route.request.plan, lambda: route.mechanism.key_domain(route.calibration))
+        if refusal is not None:
+            raise refusal
+
+
+def no_row_refusal(backend: _Runs, plan: ir.QueryPlan,
+                   key_domain: Callable[[], pa.Table | None]) -> UnsupportedQueryError | None:
+    """The free refusal of a release that has no row whatever the data (it would be charged for nothing, as LIMIT 0),
+    or None: a HAVING with a conjunct that reads nothing and is not true (every released row is dropped); over keys
+    released above a noisy threshold (no public key set), a WHERE with such a conjunct (no group has a row, so none passes the threshold; over public keys the release is noisy
+    zeros, and without GROUP BY a noisy count, both answered). Reads the SQL and public one-row relations only.
+    ``key_domain``: the mechanism's public key set (None: none), asked only where needed. A query of several
+    groupings is refused so only when each of its queries is (``dpsql.groupings``: ``GROUPING(k) = 1`` is ``0 = 1``
+    in the query grouping by k, and the total still has its row)."""
+    if not plan.aggregates and plan.public_keys:
+        return None  # public keys alone: nothing is charged
+    for c in _constant_conjuncts(plan.having):
+        if not _true_constant(backend, _guard_shifts(_guard_divisors(c.copy()))):
+            return UnsupportedQueryError(
+                f"HAVING {c.sql(dialect='duckdb')} is not true whatever the data, so it drops every row of the release, "
+                "which would be charged for nothing; nothing was charged",
+                hint="drop the condition (explain shows the cost for free)")
+    where = _constant_conjuncts(plan.where) if plan.keys and not plan.public_keys else []
+    if where and key_domain() is None:  # (a large declared domain has no key set here either: public_keys)
+        for c in where:
+            try:
+                typed = type_predicate(c, {}, "WHERE")  # (the total rendering the bounded query runs)
+            except TypeRefusal:  # pragma: no cover - the analysis typed the whole WHERE
+                continue
+            if not _true_constant(backend, typed):
+                return UnsupportedQueryError(
+                    f"WHERE {c.sql(dialect='duckdb')} is not true whatever the data, so no group has a row and none "
+                    "can pass the release threshold: the release would have no row, and be charged for nothing; "
+                    "nothing was charged", hint="drop the condition (explain shows the cost for free)")
+    return None
 
 
 #: placeholder values of a number or boolean key for ``_check_having_literals``: a HAVING failing at each of them

@@ -153,7 +153,7 @@ class Session(SessionObject):
             raise ConfigError(f"epsilon={eps:g} and delta={d:g} give noise parameters that cannot be represented",
                               hint="use an epsilon between about 1e-6 and 100") from None
 
-    def _bind_check(self, r: Route, salt: str | None = SALT_PLACEHOLDER) -> Any:
+    def _bind_check(self, r: Route, salt: str | None = SALT_PLACEHOLDER, *, alone: bool = True) -> Any:
         """Type-check the bounded query and post-processing, reading no private row (a pass is remembered); return the
         bounded query built once under ``salt`` for the check and the caller (None: built only to check, not returned)."""
         check_sources_unchanged(self._catalog, r.request.tables, self._engine)  # never remembered (nor the connection)
@@ -168,11 +168,11 @@ class Session(SessionObject):
                 postprocess.check(self._engine, r.request.plan, key_types, r.mechanism.released_types(r.calibration),
                                   backends.public_key_domain(r, self._engine, self._catalog))
             backends.remember_bind_check(self._bound_ok, key)
+        postprocess.refuse_no_row(self._engine, r) if alone else None  # no row whatever the data (not remembered)
         return ast
 
     def explain(self, sql: str | list[str] | tuple[str, ...], *, epsilon: Any, delta: Any = 0.0, options: dict[str, Any] | None = None) -> Plan:
-        """What ``query`` (or, given a list of SQL, ``query_many``) would do: mechanism, noise,
-        thresholds, bounded SQL. Free; reads no rows."""
+        """What ``query`` (``query_many`` for a list of SQL) would do: mechanism, noise, thresholds, bounded SQL; free."""
         if (g := groupings.split(sql, self._catalog)) is not None:  # several groupings: one GROUP BY query per grouping
             return groupings.explain(self, g, epsilon, delta, options)
         with self._catalog_lock.reading():

@@ -9,6 +9,7 @@ from functools import lru_cache
 
 import sqlglot
 from sqlglot import exp
+from sqlglot.expressions import SQLGLOT_META
 from sqlglot.tokens import Token, TokenType
 
 from dpsql.errors import SQLSyntaxError, UnsupportedQueryError, Violation
@@ -476,8 +477,16 @@ def _literal_list(node: exp.Expression, quantifier: str) -> list[exp.Expression]
 
 
 def parse_duckdb(text: str) -> list[exp.Expression | None]:
-    """``sqlglot.parse(text, read="duckdb")``, with a quoted ``"all"`` in ORDER BY read as a column (see _Parser)."""
-    return _Parser(dialect=_DUCKDB).parse(_DUCKDB.tokenize(text), text)
+    """``sqlglot.parse(text, read="duckdb")``, with a quoted ``"all"`` in ORDER BY read as a column (see _Parser).
+    A comment holding ``sqlglot.meta`` is dropped before the parse: sqlglot sets each key such a comment names on
+    the node it follows, its own too (``start``/``end``, a node's place in the text, set to text made a refusal
+    naming the node fail with a bare TypeError; ``nonnull``, ``case_sensitive`` and others change what sqlglot
+    makes of the node), and a query's comments mean nothing to it."""
+    tokens = _DUCKDB.tokenize(text)
+    for token in tokens:
+        if token.comments and any(SQLGLOT_META in c for c in token.comments):
+            token.comments = [c for c in token.comments if SQLGLOT_META not in c]
+    return _Parser(dialect=_DUCKDB).parse(tokens, text)
 
 
 def order_by_all_alone(stmt: exp.Expression) -> None:
