@@ -646,11 +646,14 @@ def test_a_forked_child_does_not_keep_its_killed_parents_copies(tmp_path: Path, 
     code = _open_and_read(_csv_file(tmp_path), spill) + textwrap.dedent(f"""
         if {child_keeps_a_descriptor}:
             extra = os.dup(csvcopy._OWN[d][0])
+        ready_r, ready_w = os.pipe()
         pid = os.fork()
         if pid == 0:
+            os.write(ready_w, b"1")  # fork has returned here: the at-fork hooks have run
             sys.stdin.read()  # alive until the test closes its standard input
             print("child done", flush=True)
             os._exit(0)
+        os.read(ready_r, 1)  # killed only once the child's hooks have run (else the sweep races them)
         print(pid, flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
     """)
