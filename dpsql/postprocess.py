@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Collection
 from typing import Any, Protocol
 
@@ -28,7 +30,7 @@ from sqlglot.errors import ParseError
 
 from dpsql.errors import ExecutionError, QueryTypeError, UnsupportedQueryError
 from dpsql.mechanisms.base import Released
-from dpsql.plan import ir, windows
+from dpsql.plan import ir, satisfiable, windows
 from dpsql.plan.typer import (
     INTERVAL_FORM,
     TypeRefusal,
@@ -413,8 +415,11 @@ def no_row_refusal(backend: _Runs, plan: ir.QueryPlan,
                 f"HAVING {c.sql(dialect='duckdb')} is not true whatever the data, so it drops every row of the release, "
                 "which would be charged for nothing; nothing was charged",
                 hint="drop the condition (explain shows the cost for free)")
-    where = _constant_conjuncts(plan.where) if plan.keys and not plan.public_keys else []
-    if where and key_domain() is None:  # (a large declared domain has no key set here either: public_keys)
+    if not plan.keys or plan.public_keys or plan.where is None:
+        return None
+    where = _constant_conjuncts(plan.where)
+    columns = satisfiable.one_column_groups(plan.where, plan.table.schema) if plan.join is None else {}
+    if (where or columns) and key_domain() is None:  # (a large declared domain has no key set here either)
         for c in where:
             try:
                 typed = type_predicate(c, {}, "WHERE")  # (the total rendering the bounded query runs)
@@ -425,7 +430,67 @@ def no_row_refusal(backend: _Runs, plan: ir.QueryPlan,
                     f"WHERE {c.sql(dialect='duckdb')} is not true whatever the data, so no group has a row and none "
                     "can pass the release threshold: the release would have no row, and be charged for nothing; "
                     "nothing was charged", hint="drop the condition (explain shows the cost for free)")
+        for name, conjuncts in columns.items():
+            if not _some_value_meets(backend, name, plan.table.schema[name], conjuncts):
+                text = " AND ".join(c.sql(dialect="duckdb") for c in conjuncts)
+                return UnsupportedQueryError(
+                    f"WHERE {text} holds for no value of column {name!r} ({plan.table.schema[name]}), so no group has "
+                    "a row and none can pass the release threshold: the release would have no row, and be charged "
+                    "for nothing; nothing was charged", hint="check the conditions on the column (explain shows the "
+                    "cost for free)")
     return None
+
+
+def _some_value_meets(backend: _Runs, name: str, type_name: str, conjuncts: list[exp.Expression]) -> bool:
+    """Whether the conjunction of conditions on column ``name`` alone holds for some value of its type
+    (``dpsql.plan.satisfiable``: exact for the shapes it accepts). Evaluated by the engine over public relations (the
+    conditions' constants, then candidate values cast to the type); True where it cannot be decided."""
+    sql_type = parse_type(type_name)
+    if sql_type.enum:
+        return True
+    try:
+        typed = type_predicate(exp.and_(*(c.copy() for c in conjuncts)), {name: type_name}, "WHERE")
+    except TypeRefusal:  # pragma: no cover - the analysis typed the whole WHERE
+        return True
+    key = (type_name, typed.sql(dialect="duckdb"))
+    with _MEETS_LOCK:
+        known = _MEETS.get(key)
+        if known is not None:
+            _MEETS.move_to_end(key)
+            return known
+    meets = _decide_meets(backend, name, type_name, sql_type, typed)
+    with _MEETS_LOCK:
+        _MEETS[key] = meets
+        while len(_MEETS) > 512:
+            _MEETS.popitem(last=False)
+    return meets
+
+
+#: decisions of :func:`_some_value_meets` by (type, typed conditions): public (SQL and catalog only)
+_MEETS: OrderedDict[tuple[str, str], bool] = OrderedDict()
+_MEETS_LOCK = threading.Lock()
+
+
+def _decide_meets(backend: _Runs, name: str, type_name: str, sql_type: Any, typed: exp.Expression) -> bool:
+    try:
+        constants = satisfiable.constant_operands(typed)
+        values: list[Any] = []
+        if constants:
+            one = pa.table({"__one": pa.array([1], pa.int64())})
+            row = backend.post_process(one, lambda rel: exp.select(
+                *(exp.alias_(exp.Try(this=c.copy()), f"__c{j}") for j, c in enumerate(constants))).from_(rel))
+            values = list(row.to_pylist()[0].values())
+        texts = pa.table({"__v": pa.array(satisfiable.candidates(sql_type, values), pa.string())})
+        to = exp.DataType.build(type_name, dialect="duckdb")
+
+        def build(rel: str) -> exp.Expression:
+            inner = exp.select(exp.alias_(exp.TryCast(this=exp.column("__v"), to=to), name, quoted=True)).from_(rel)
+            test = exp.Try(this=exp.cast(typed, "BOOLEAN", copy=False))
+            return exp.select("1").from_(inner.subquery("__candidates")).where(test).limit(1)
+
+        return backend.post_process(texts, build).num_rows > 0
+    except Exception:  # (a constant or candidate the engine or Arrow cannot hold): not decided, the query runs
+        return True
 
 
 #: placeholder values of a number or boolean key for ``_check_having_literals``: a HAVING failing at each of them
