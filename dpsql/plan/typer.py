@@ -274,7 +274,8 @@ ALLOW_LIST: tuple[FuncSpec, ...] = (
              "converts to NULL (parsing reads all of it)"),
     FuncSpec("+, -, * (integers)", "integer, integer -> integer", "total",
              "computed in INTEGER, BIGINT or HUGEINT, whichever holds the operands and every result of their types "
-             "(a computed HUGEINT up to +-(10^38 - 1), the range of Spark's DECIMAL(38,0) too); beyond: computed in DOUBLE"),
+             "(a computed HUGEINT up to +-(10^38 - 1), the range of Spark's DECIMAL(38,0) too); beyond: computed in DOUBLE. "
+             "A date part's values are bounded (years -5877641..5881580, months 1..12, ...): `year(d) - 1990` is a BIGINT"),
     FuncSpec("+, -, * (DECIMAL)", "numeric, numeric -> DECIMAL or DOUBLE", "total",
              "exact in DECIMAL when the result type holds every result (+, -: max(p1-s1, p2-s2) + max(s1, s2) + 1 digits; *: p1 + p2) within 38 digits, else computed in DOUBLE"),
     FuncSpec("+, -, * (FLOAT, DOUBLE)", "numeric, numeric -> DOUBLE (FLOAT when a FLOAT meets no DOUBLE, as in DuckDB)", "total",
@@ -1180,6 +1181,12 @@ class Typer:
         return lo, hi
 
     @staticmethod
+    def _widest(a: SqlType, b: SqlType) -> SqlType:
+        """The wider of a signed integer type of ``_holding`` and another integer type, when it is a signed one."""
+        order = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT")
+        return b if b.name in order and order.index(b.name) > order.index(a.name) else a
+
+    @staticmethod
     def _holding(lo: int, hi: int) -> SqlType | None:
         """The smallest signed integer type (at least INTEGER) holding [lo, hi], if any (a computed
         HUGEINT: at most ``HUGEINT_COMPUTED`` in magnitude, the range every engine holds)."""
@@ -1268,6 +1275,10 @@ class Typer:
                 lo, hi = min(prods), max(prods)
             # (the operands are cast into it too: bi * 0 is 0, an INTEGER, of a BIGINT bi)
             wide = self._holding(min(lo, alo, blo), max(hi, ahi, bhi))
+            if wide is not None and a.bounds is not None and not a.literal:
+                wide = self._widest(wide, a.type)  # (an operand of narrow proven range keeps its type: DuckDB's)
+            if wide is not None and b.bounds is not None and not b.literal:
+                wide = self._widest(wide, b.type)
             if wide is not None:
                 return Typed(cls(this=self.coerce(a, wide, node), expression=self.coerce(b, wide, node)), wide,
                              bounds=(lo, hi))
@@ -1944,11 +1955,38 @@ def _date_trunc(ty: Typer, node: exp.Expression) -> Typed:
                  TIMESTAMP)
 
 
+#: the values each date part (a BIGINT) can take over every DATE and TIMESTAMP DuckDB holds (its least and greatest
+#: DATE are in years -5877641 and 5881580): an integer expression of a part (``year(d) - 1990``, ``month(d) + 1``) is
+#: then computed in BIGINT, as DuckDB types it, not widened to HUGEINT for a BIGINT of any value
+_YEARS = (-5_877_642, 5_881_581)
+_PART_BOUNDS: dict[str, tuple[int, int]] = {
+    **dict.fromkeys(("year", "years", "isoyear"), _YEARS),
+    "decade": (_YEARS[0] // 10, _YEARS[1] // 10 + 1), "century": (_YEARS[0] // 100, _YEARS[1] // 100 + 1),
+    "millennium": (_YEARS[0] // 1000, _YEARS[1] // 1000 + 1),
+    "yearweek": (_YEARS[0] * 100 - 53, _YEARS[1] * 100 + 53),
+    **dict.fromkeys(("month", "months"), (1, 12)), **dict.fromkeys(("day", "days"), (1, 31)),
+    **dict.fromkeys(("hour", "hours"), (0, 23)), **dict.fromkeys(("minute", "minutes"), (0, 59)),
+    **dict.fromkeys(("second", "seconds"), (0, 59)), "quarter": (1, 4), **dict.fromkeys(("week", "weekofyear"), (1, 53)),
+    **dict.fromkeys(("dayofweek", "dow", "weekday"), (0, 6)), "isodow": (1, 7),
+    **dict.fromkeys(("dayofyear", "doy"), (1, 366)), **dict.fromkeys(("millisecond", "milliseconds"), (0, 59_999)),
+    **dict.fromkeys(("microsecond", "microseconds"), (0, 59_999_999)),
+}
+#: sqlglot's nodes of one date part
+_NODE_PARTS = {"Year": "year", "Month": "month", "Day": "day", "Quarter": "quarter", "DayOfWeek": "dayofweek",
+               "DayOfYear": "dayofyear", "Week": "week", "Hour": "hour", "Minute": "minute", "Second": "second"}
+
+
+def _part_value(expr: exp.Expression, unit: str) -> Typed:
+    """A date part's value: DOUBLE for 'epoch', else a BIGINT with the part's bounds."""
+    if unit == "epoch":
+        return Typed(expr, DOUBLE)
+    return Typed(expr, BIGINT, bounds=_PART_BOUNDS.get(unit))
+
+
 def _extract(ty: Typer, node: exp.Expression) -> Typed:
     unit = _part_unit(ty, node, node.this, _DATE_PARTS)
     arg, kind = _temporal_arg(ty, node, node.expression)
-    rt = DOUBLE if unit == "epoch" else BIGINT
-    return Typed(_tag(exp.Anonymous(this="date_part", expressions=[exp.Literal.string(unit), arg]), kind), rt)
+    return _part_value(_tag(exp.Anonymous(this="date_part", expressions=[exp.Literal.string(unit), arg]), kind), unit)
 
 
 def _date_part(ty: Typer, node: exp.Expression) -> Typed:
@@ -1957,8 +1995,7 @@ def _date_part(ty: Typer, node: exp.Expression) -> Typed:
         raise ty.refuse(node, "date_part() takes ('part', date)")
     unit = _part_unit(ty, node, args[0], _DATE_PARTS)
     arg, kind = _temporal_arg(ty, node, args[1])
-    rt = DOUBLE if unit == "epoch" else BIGINT
-    return Typed(_tag(exp.Anonymous(this="date_part", expressions=[exp.Literal.string(unit), arg]), kind), rt)
+    return _part_value(_tag(exp.Anonymous(this="date_part", expressions=[exp.Literal.string(unit), arg]), kind), unit)
 
 
 def _epoch(ty: Typer, node: exp.Expression) -> Typed:
@@ -1976,7 +2013,7 @@ def _date_fn(ty: Typer, node: exp.Expression) -> Typed:
     new = node.copy()
     arg, kind = _temporal_arg(ty, node, node.this)
     new.set("this", arg)
-    return Typed(_tag(new, kind), BIGINT)
+    return Typed(_tag(new, kind), BIGINT, bounds=_PART_BOUNDS.get(_NODE_PARTS.get(type(node).__name__, "")))
 
 
 def _part_fn(part: str) -> Callable[[Typer, exp.Expression], Typed]:
@@ -1987,7 +2024,8 @@ def _part_fn(part: str) -> Callable[[Typer, exp.Expression], Typed]:
         if len(args) != 1 or any(v is not None for k, v in node.args.items() if k not in ("this", "expressions")):
             raise ty.refuse(node, f"{ty._fname(node)}() takes one DATE or TIMESTAMP")
         arg, kind = _temporal_arg(ty, node, args[0])
-        return Typed(_tag(exp.Anonymous(this="date_part", expressions=[exp.Literal.string(part), arg]), kind), BIGINT)
+        return _part_value(_tag(exp.Anonymous(this="date_part", expressions=[exp.Literal.string(part), arg]), kind),
+                           part)
     return typed
 
 
