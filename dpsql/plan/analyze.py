@@ -1224,6 +1224,11 @@ class _Builder:
                                 "can pass the release threshold (nothing would be released, yet the query would be charged); "
                                 "group by another column, or count people with COUNT(DISTINCT "
                                 f"{g.name})")
+            elif self.unit is not None and _injective_in_unit(g, self.unit, table.schema.get(self.unit, "")):
+                self.bad(g, f"GROUP BY {g.sql(dialect='duckdb')} is refused: it takes one value per person (a one-to-one "
+                            f"function of the privacy unit '{self.unit}'), so each group holds one person and none can "
+                            "pass the release threshold (nothing would be released, yet the query would be charged); "
+                            f"group by another column, or count people with COUNT(DISTINCT {self.unit})")
             stripped = g.copy()
             for c in stripped.find_all(exp.Column):
                 c.set("table", None)
@@ -1698,3 +1703,66 @@ def analyze(sql: str, catalog: Mapping[str, TableSpec]) -> ir.QueryPlan:
             f"the query is nested too deeply (expressions may be nested at most {MAX_DEPTH} levels)",
             hint="write it with fewer nested parentheses, functions and operators",
         ) from None
+
+
+def _injective_in_unit(g: exp.Expression, unit: str, unit_type: str) -> bool:
+    """Whether the GROUP BY key ``g`` reads the privacy unit's column alone, one-to-one: an integer unit (at most 64
+    bits: its arithmetic is exact, no result is computed in DOUBLE) plus or minus a constant integer, times a non-zero
+    one, negated, or cast to text or HUGEINT; a text unit with constant text around it; either cast to text. Anything
+    else (``unit % 10``, ``lower(unit)``, nested arithmetic, floats) is not decided here: a refusal must hold for
+    every value of the unit's type."""
+    t = parse_type(unit_type)
+    small_int = t.kind == "int" and t.name not in ("HUGEINT", "UHUGEINT")
+    if not small_int and t.kind != "varchar":
+        return False
+
+    def constant(e: exp.Expression) -> bool:
+        return not any(isinstance(n, (exp.Column, exp.AggFunc, exp.Window, exp.Select, exp.Star)) for n in e.walk())
+
+    def the_unit(e: exp.Expression) -> bool:
+        while isinstance(e, exp.Paren):
+            e = e.this
+        return isinstance(e, exp.Column) and e.name.lower() == unit
+
+    def one_to_one(e: exp.Expression) -> bool:
+        while isinstance(e, exp.Paren):
+            e = e.this
+        if the_unit(e):
+            return True
+        if small_int:
+            if isinstance(e, exp.Neg):
+                return the_unit(e.this)
+            if isinstance(e, (exp.Add, exp.Sub)):
+                return (_is_int_literal(e.expression) and the_unit(e.this)) or (
+                    _is_int_literal(e.this) and the_unit(e.expression))
+            if isinstance(e, exp.Mul):
+                return any(_is_int_literal(c) and _int_value(c) != 0 and the_unit(o)
+                           for c, o in ((e.expression, e.this), (e.this, e.expression)))
+            if isinstance(e, exp.Cast) and e.to.is_type(exp.DataType.Type.INT128):
+                return one_to_one(e.this)
+        if isinstance(e, exp.Cast) and e.to.is_type(*exp.DataType.TEXT_TYPES):
+            return one_to_one(e.this)
+        if isinstance(e, (exp.DPipe, exp.Concat)):
+            parts = [e.this, e.expression] if isinstance(e, exp.DPipe) else list(e.expressions)
+            reading = [x for x in parts if not constant(x)]
+            return (len(reading) == 1 and all(isinstance(x, exp.Literal) and x.is_string for x in parts if constant(x))
+                    and (t.kind == "varchar" or isinstance(reading[0], exp.Cast)) and one_to_one(reading[0]))
+        return False
+
+    return not the_unit(g) and one_to_one(g)
+
+
+def _is_int_literal(e: exp.Expression) -> bool:
+    while isinstance(e, exp.Paren):
+        e = e.this
+    if isinstance(e, exp.Neg):
+        return _is_int_literal(e.this)
+    return isinstance(e, exp.Literal) and not e.is_string and str(e.this).isdigit()
+
+
+def _int_value(e: exp.Expression) -> int:
+    while isinstance(e, exp.Paren):
+        e = e.this
+    if isinstance(e, exp.Neg):
+        return -_int_value(e.this)
+    return int(str(e.this))
