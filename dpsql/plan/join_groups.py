@@ -164,6 +164,11 @@ def _key(g: exp.Expression, tables: Mapping[str, TableSpec], resolve: Callable[[
     typ = t.schema.get(column, "VARCHAR")
     spec = t.column(column)
     where = f"{alias}.{column}"
+    if inner is not None and schema is not None and typ.upper() == "DATE" and _public_values(t, column) is not None \
+            and _conditions_on(where_flat, f):
+        # year(d) under conditions on d: the years of the declared days they keep (``dpsql.rewrite.join_groups``,
+        # ``_own_conditions``), computed as any key of one DATE column is, not every year of the range
+        return _derived(g, name, tables, resolve, bad, policy, private, schema)
     if inner is not None:
         o = spec.ordered
         if o is None or o.kind not in ("date", "timestamp"):
@@ -212,6 +217,20 @@ def _key(g: exp.Expression, tables: Mapping[str, TableSpec], resolve: Callable[[
         policy(g, msg)
         return None
     return ir.JoinKey(name, exp.column(f, quoted=False), where, "private", alias, column, typ, None, private(g, msg))
+
+
+def _conditions_on(where: exp.Expression | None, flat_column: str) -> bool:
+    """Whether a conjunct of the WHERE (over flat names) reads the column ``flat_column`` alone."""
+    parts, out = [where] if where is not None else [], False
+    while parts:
+        e = parts.pop()
+        while isinstance(e, exp.Paren):
+            e = e.this
+        if isinstance(e, exp.And):
+            parts += [e.this, e.expression]
+        elif {c.name for c in e.find_all(exp.Column)} == {flat_column}:
+            out = True
+    return out
 
 
 #: functions whose value at a TIMESTAMP is their value at its day's midnight (its date alone decides them)
