@@ -416,16 +416,20 @@ def parse_column_spec(table: str, name: str, spec: Any) -> ColumnSpec:
                 ) from None
         if time_bounds is None:
             if not (math.isfinite(lo) and math.isfinite(hi)) or lo > hi:
-                raise ConfigError(f"bounds for '{table}.{name}' must be finite with lo <= hi, got {b!r}")
+                raise ConfigError(f"bounds for '{table}.{name}' must be finite with lo <= hi, got {b!r}",
+                                  hint=f"e.g. columns={{'{name}': {{'bounds': (0, 100)}}}}")
             bounds = (lo, hi)
     domain = None
     if spec.get("domain") is not None:
         d = spec["domain"]
         if isinstance(d, (str, bytes)) or not hasattr(d, "__iter__"):
-            raise ConfigError(f"domain for '{table}.{name}' must be a list of public key values, got {d!r}")
+            raise ConfigError(f"domain for '{table}.{name}' must be a list of public key values, got {d!r}",
+                              hint=f"e.g. columns={{'{name}': {{'domain': [...]}}}}")
         domain = tuple(d)
         if not domain:
-            raise ConfigError(f"domain for '{table}.{name}' is empty")
+            raise ConfigError(f"domain for '{table}.{name}' is empty",
+                              hint=f"list every public key value, e.g. columns={{'{name}': {{'domain': [...]}}}}, or declare "
+                              "no domain (keys are then released above a noisy threshold)")
         seen: dict[Any, Any] = {}
         for v in domain:
             try:

@@ -391,7 +391,7 @@ def _kv(items: list[str], what: str, *, fold: bool = True) -> dict[str, str]:
     typed: dict[str, str] = {}
     for it in items:
         if "=" not in it:
-            raise ConfigError(f"{what} expects NAME=VALUE, got {it!r}")
+            raise ConfigError(f"{what} expects NAME=VALUE, got {it!r}", hint=f"e.g. {what} {_KV_EXAMPLE.get(what, 'NAME=VALUE')}")
         k, v = it.split("=", 1)
         k = k.strip()
         if not k:  # e.g. --table "$NAME=..." with NAME unset
@@ -1314,10 +1314,19 @@ def _glob_matches(pattern: str, path: str) -> bool:
 
     if not any(ch in pattern for ch in "*?["):
         return False
+
+    def match(pat: list[str], out: list[str]) -> bool:
+        return len(pat) == len(out) and all(
+            fnmatch.fnmatchcase(o, p) and not (o.startswith(".") and not p.startswith(".")) for o, p in zip(out, pat))
+
     pat = os.path.abspath(pattern).split(os.sep)
-    out = os.path.abspath(path).split(os.sep)
-    return len(pat) == len(out) and all(
-        fnmatch.fnmatchcase(o, p) and not (o.startswith(".") and not p.startswith(".")) for o, p in zip(out, pat))
+    if match(pat, os.path.abspath(path).split(os.sep)):
+        return True
+    # the same directories reached through a symbolic link (-o link/out.parquet, link -> data, with data/*.parquet):
+    # the output is written where its real path is (dpsql/_output.py), and the glob lists it there
+    fixed = next(i for i, part in enumerate(pat) if any(ch in part for ch in "*?["))
+    real = os.path.realpath(os.sep.join(pat[:fixed]) or os.sep).rstrip(os.sep).split(os.sep) + pat[fixed:]
+    return match(real, os.path.realpath(path).split(os.sep))
 
 
 def _written_in_place(path: str) -> bool:
@@ -1514,7 +1523,7 @@ def _options_named(typed: dict[str, str]) -> Iterator[None]:
     try:
         yield
     except ConfigError as e:
-        k = next((k for k in typed if e.message.startswith((f"{k} ", f"{k}="))), None)
+        k = next((k for k in typed if e.message.startswith((f"{k} ", f"{k}=", f"unknown {k} "))), None)
         if k is not None:
             e.message = f"--option {k}={typed[k]} is refused: {e.message}"
             e.args = (e._render(),)
@@ -2353,6 +2362,15 @@ def _check_stdout_open(args: argparse.Namespace, guard: _StdoutGuard) -> None:
 _FLAG_OF = {"max_groups_per_unit": "--max-groups", "max_rows_per_group": "--max-rows", "privacy_unit": "--privacy-unit"}
 
 
+def _option_example(m: re.Match[str]) -> str:
+    """``options={'KEY': VALUE}`` of a Python-API hint as the --option flag that gives it."""
+    key, value = m.group(1), m.group(2).strip()
+    if key == "reuse" and value == "'synopsis'":
+        return "--reuse-synopsis"
+    value = {"True": "true", "False": "false"}.get(value, value.strip("'"))
+    return f"--option {key}={value}"
+
+
 def _cli_text(text: str) -> str:
     """An error's text in the command line's terms: the Python-API hints become flags and config keys."""
     import re
@@ -2371,7 +2389,11 @@ def _cli_text(text: str) -> str:
     text = text.replace("e.g. register(..., version='2026-11-30')", 'e.g. version = "2026-11-30" under [tables.T] in the config')
     text = re.sub(r"register\('\w+', '[^']*', \.\.\.\), (--table )", r"\1", text)  # (the same advice as the flag's, beside it)
     text = re.sub(r"register\('(\w+)', \.\.\.,? ?([^)]*)\)", register, text)
-    text = re.sub(r"options=\{'(\w+)': ([^}]+)\}", lambda m: f"--option {m.group(1)}={m.group(2)}", text)
+    # an option's example as the flag types it: --reuse-synopsis for reuse='synopsis', a text unquoted, a boolean as
+    # true/false, a mapping as JSON (options={'reuse': 'synopsis'} read '--option --reuse-synopsis', and a mapping's
+    # Python literal, which --option cannot read, was cut at its first '}')
+    text = text.replace("options={'degree_caps': {'orders.o_custkey': 16}}", """--option 'degree_caps={"orders.o_custkey": 16}'""")
+    text = re.sub(r"options=\{'(\w+)': ([^}]+)\}", _option_example, text)
     text = re.sub(r"e\.g\. (epsilon|delta)=([0-9][0-9.e-]*)", r"e.g. --\1 \2", text)  # Budget's hints
     text = re.sub(r"pass delta=([0-9][0-9.e-]*)", r"pass --delta \1", text)  # a mechanism's need of a delta
     text = re.sub(r"mechanism='(\w+)'", r"--option mechanism=\1", text)  # a mechanism named as an option

@@ -97,13 +97,14 @@ def check_options(options: dict[str, Any] | None) -> dict[str, Any]:
     if "tau" in out:
         t = out["tau"]
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not _finite(t) or t < 1 or int(t) != t:
-            raise ConfigError(f"tau must be a whole number >= 1, got {t!r}")
+            raise ConfigError(f"tau must be a whole number >= 1, got {t!r}", hint="e.g. options={'tau': 10}")
         out["tau"] = int(t)
     for key in ("tau_star", "sigma"):
         if key in out and out[key] is not None:
             v = out[key]
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not _finite(v) or (key == "sigma" and v <= 0):
-                raise ConfigError(f"{key} must be a finite number{' > 0' if key == 'sigma' else ''}, got {v!r}")
+                raise ConfigError(f"{key} must be a finite number{' > 0' if key == 'sigma' else ''}, got {v!r}",
+                                  hint=f"e.g. options={{'{key}': {2.0 if key == 'sigma' else 10.0}}}")
             out[key] = float(v)
     for key in _CAP_OPTIONS:
         if key in out:
@@ -129,7 +130,8 @@ def check_options(options: dict[str, Any] | None) -> dict[str, Any]:
     if "max_tuples_per_user" in out:
         v = out["max_tuples_per_user"]
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ConfigError(f"max_tuples_per_user must be a whole number >= 1, got {v!r}")
+            raise ConfigError(f"max_tuples_per_user must be a whole number >= 1, got {v!r}",
+                              hint="e.g. options={'max_tuples_per_user': 4}")
     if "tau_base" in out:
         v = out["tau_base"]
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not _finite(v) or not (1 < v <= 1024):
@@ -137,11 +139,12 @@ def check_options(options: dict[str, Any] | None) -> dict[str, Any]:
                               hint="e.g. options={'tau_base': 2} for the paper's grid (default 5.5)")
         out["tau_base"] = float(v)
     if "degree_caps" in out and not isinstance(out["degree_caps"], dict):
-        raise ConfigError("degree_caps must be a dict such as {'orders.o_custkey': 16}")
+        raise ConfigError("degree_caps must be a dict such as {'orders.o_custkey': 16}",
+                          hint="e.g. options={'degree_caps': {'orders.o_custkey': 16}}")
     if "epsilon_split" in out:
         v = out["epsilon_split"]
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 < v < 1):
-            raise ConfigError(f"epsilon_split must be in (0, 1), got {v!r}")
+            raise ConfigError(f"epsilon_split must be in (0, 1), got {v!r}", hint="e.g. options={'epsilon_split': 0.5}")
     if "reuse" in out and out["reuse"] not in ("synopsis", "never"):
         raise ConfigError(f"reuse must be 'synopsis' or 'never', got {out['reuse']!r}", hint="e.g. options={'reuse': 'synopsis'}")
     if "clip_negative" in out and not isinstance(out["clip_negative"], bool):

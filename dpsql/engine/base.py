@@ -153,9 +153,10 @@ class EngineSettings:
                               hint='csv_encoding = "latin-1" for ISO-8859-1 files (a Windows-1252 file saved from a '
                                    'spreadsheet reads as Latin-1 but for 27 of its 256 bytes: save it as UTF-8)')
         if self.invalid_text not in ("null", "replace"):
-            raise ConfigError(f"engine setting invalid_text must be 'null' or 'replace', got {self.invalid_text!r}")
+            raise ConfigError(f"engine setting invalid_text must be 'null' or 'replace', got {self.invalid_text!r}",
+                              hint='invalid_text = "null"')
         if not isinstance(self.debug, bool):
-            raise ConfigError(f"engine setting debug must be true or false, got {self.debug!r}")
+            raise ConfigError(f"engine setting debug must be true or false, got {self.debug!r}", hint="debug = false")
         for name in ("memory_limit", "max_temp_directory_size"):
             v = getattr(self, name)
             # DuckDB refuses a size of 2^64 bytes or more (on a caller's connection only as each read sets it)
@@ -168,7 +169,7 @@ class EngineSettings:
                               hint="temp_directory = \"/var/tmp/dpsql\"")
         t = self.threads
         if t is not None and (isinstance(t, bool) or not isinstance(t, int) or t < 1):
-            raise ConfigError(f"engine setting threads must be a whole number >= 1, got {t!r}")
+            raise ConfigError(f"engine setting threads must be a whole number >= 1, got {t!r}", hint="threads = 4")
         st = self.statement_timeout
         if st is not None and (isinstance(st, bool) or not isinstance(st, (int, float)) or not st > 0 or st == float("inf")):
             raise ConfigError(f"engine setting statement_timeout must be a positive number of seconds, got {st!r}",
@@ -180,7 +181,8 @@ class EngineSettings:
                                   hint=f"{name} = 65536")
         m = self.min_response_time
         if isinstance(m, bool) or not isinstance(m, (int, float)) or not (0 <= m < float("inf")):
-            raise ConfigError(f"engine setting min_response_time must be a number of seconds >= 0, got {m!r}")
+            raise ConfigError(f"engine setting min_response_time must be a number of seconds >= 0, got {m!r}",
+                              hint="min_response_time = 0.5")
         self.read_threads()  # refused here when memory_limit cannot hold the longest texts' vectors (free)
 
     def read_settings(self) -> dict[str, Any]:
