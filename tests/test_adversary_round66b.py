@@ -39,6 +39,7 @@ import pytest
 from _spark import comparable_session, require_spark
 
 import dpsql
+from dpsql.testing import use_noise, zero_noise
 
 require_spark()
 
@@ -46,6 +47,7 @@ _N = 60  # rows of the base table, two per person
 
 
 def _outcome(s: dpsql.Session, sql: str, delta: float = 1e-6) -> tuple[Any, ...]:
+    use_noise(s, zero_noise(3))  # the same salts for each query on both engines, whatever ran before
     before = s.history().num_rows
     try:
         r = s.query(sql, epsilon=1.0, delta=delta)
@@ -202,3 +204,40 @@ def test_one_persons_hostile_values_are_answered_alike_on_both_engines(engines: 
     d0, d1 = got[("duckdb", 0)][2][0], got[("duckdb", 1)][2][0]
     assert all(d1[c] - d0[c] in range(4) for c in d0) and max(d0.values()) == _N
     assert any(d1[c] - d0[c] < 3 for c in d0)  # some expression is NULL on a hostile row
+
+
+def _units(unit: pa.Array) -> pa.Table:
+    n = len(unit)
+    return pa.table({"uid": unit, "k": pa.array(["abc"[(i * 7 + i // 3) % 3] for i in range(n)])})
+
+
+_UNIT_N = 240  # rows, six per person; each person keeps max_rows_per_unit = 2 of them, chosen by the keyed hash
+
+
+def _units_on_both(engines: dict[str, dpsql.Session], unit: pa.Array, name: str) -> list[Any]:
+    got = []
+    for kind in ("duckdb", "spark"):
+        s = engines[kind]
+        s.register(name, _units(unit), privacy_unit="uid", max_groups_per_unit=3, max_rows_per_group=2,
+                   max_rows_per_unit=2, columns={"k": {"domain": ["a", "b", "c"]}})
+        got.append(_outcome(s, f"SELECT k, COUNT(*) AS n FROM {name} GROUP BY k ORDER BY k"))
+    return got
+
+
+@pytest.mark.xfail(strict=True, reason="the portable keyed hash reads each engine's text of a BLOB privacy unit "
+                   "(DuckDB '\\xFF', Spark the raw bytes), so where the caps bind the engines keep other rows")
+def test_a_blob_privacy_unit_keeps_the_same_rows_on_both_engines(engines: dict[str, dpsql.Session]) -> None:
+    """docs/spark.md promises the same bounded aggregates on both engines with zero noise and DuckDB's portable hash,
+    except for DOUBLE units and keys and dates beyond years 1..9999 (and TIMESTAMPTZ, portable.py). A BLOB unit
+    (bytes that are not UTF-8) is hashed from DuckDB's escaped text on DuckDB and Spark's bytes on Spark: other rows are
+    kept under max_rows_per_unit, and the released counts differ on the same data."""
+    unit = pa.array([bytes([i // 6, 0xFF]) for i in range(_UNIT_N)], pa.binary())
+    duck, spark = _units_on_both(engines, unit, "blob_units")
+    assert duck[0] == "answered" and spark == duck
+
+
+def test_negative_control_a_decimal_privacy_unit_keeps_the_same_rows_on_both_engines(
+        engines: dict[str, dpsql.Session]) -> None:
+    unit = pa.array([decimal.Decimal(i // 6) / 4 for i in range(_UNIT_N)], pa.decimal128(10, 2))
+    duck, spark = _units_on_both(engines, unit, "decimal_units")
+    assert duck[0] == "answered" and sum(r["n"] for r in duck[2]) == 2 * _UNIT_N // 6 and spark == duck
