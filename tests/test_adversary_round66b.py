@@ -6,6 +6,14 @@ data; and neighbouring datasets (with and without one person's hostile row) answ
   them ``TIME`` and ``"NULL"`` (``'tm' is TIME(6); MIN needs a numeric, DATE or TIMESTAMP column``, ``hour() takes a
   DATE or TIMESTAMP, got TIME(6)``, ``arithmetic needs numbers, got NULL``). The typer read both alike (TIME(6) as
   TIME), so only the text differed; the Spark engine now gives them DuckDB's names.
+* Crash at registration (fixed): an Arrow ``timestamp('ns')`` column with one value in the last microsecond above
+  -2^63 ns (1677-09-21 00:12:43.145224) made the table's registration fail on Spark (pyspark's conversion raised
+  ArrowInvalid), so a table was registered on Spark or not by one person's row; DuckDB reads it, rounded down. The
+  Spark engine now converts nanoseconds to microseconds itself, rounded down as DuckDB.
+* Open (parity: other rows kept): the portable keyed hash reads each engine's text of the hashed columns; for a BLOB
+  privacy unit DuckDB's text escapes the bytes (``\\xFF``), Spark's is the bytes themselves, so where the caps bind the
+  engines keep other rows and release other counts on the same data (docs/spark.md names DOUBLE units and keys, dates
+  beyond years 1..9999 and TIMESTAMPTZ as such exceptions, not BLOB).
 * Open (parity, free): an Arrow ``duration`` column is DuckDB's INTERVAL and Spark's ``INTERVAL DAY TO SECOND``:
   ``GROUP BY CAST(du AS VARCHAR)`` (the fix DuckDB's own refusal of ``GROUP BY du`` names) is answered on DuckDB and
   refused on Spark, and the refusals name the type apart. Spark's text of such an interval (``INTERVAL '0
@@ -241,3 +249,25 @@ def test_negative_control_a_decimal_privacy_unit_keeps_the_same_rows_on_both_eng
     unit = pa.array([decimal.Decimal(i // 6) / 4 for i in range(_UNIT_N)], pa.decimal128(10, 2))
     duck, spark = _units_on_both(engines, unit, "decimal_units")
     assert duck[0] == "answered" and sum(r["n"] for r in duck[2]) == 2 * _UNIT_N // 6 and spark == duck
+
+
+@pytest.mark.parametrize("extreme", [-2**63 + 1, -2**63], ids=["min_plus_1", "min"])
+def test_one_nanosecond_timestamp_near_the_minimum_is_read_alike_on_both_engines(engines: dict[str, dpsql.Session],
+                                                                                extreme: int) -> None:
+    """An Arrow ``timestamp('ns')`` column holding one person's value in the last microsecond above -2^63 ns
+    (1677-09-21 00:12:43.145224): pyspark's conversion to microseconds raised ArrowInvalid, so the table's registration
+    failed on Spark (a ConfigError) only when such a row existed, while DuckDB read it (rounded down to the
+    microsecond). Now the Spark engine converts nanoseconds itself, rounded down as DuckDB: both register the table and
+    count the row alike; the neighbour without that row (the control) too."""
+    for with_row in (False, True):
+        values = [1_600_000_000_000_000_001 + i for i in range(30)] + ([extreme] if with_row else [])
+        t = pa.table({"uid": pa.array(range(len(values)), pa.int64()),
+                      "ts": pa.array(values, pa.timestamp("ns")), "tz": pa.array(values, pa.timestamp("ns", tz="UTC"))})
+        name = f"ns_{'x' if with_row else 'o'}_{extreme < -2**63 + 1}"
+        got = []
+        for kind in ("duckdb", "spark"):
+            engines[kind].register(name, t, privacy_unit="uid", max_groups_per_unit=1, max_rows_per_group=1)
+            got.append(_outcome(engines[kind], f"SELECT COUNT(*) AS n FROM {name} WHERE ts < TIMESTAMP '1677-09-22' "
+                                               "OR CAST(tz AS VARCHAR) LIKE '1677-09-21 00:12:43.145224%'"))
+        assert got[0] == got[1] and got[0][:1] == ("answered",)
+        assert got[0][2] == [{"n": int(with_row)}]

@@ -320,6 +320,19 @@ def _micros_or_null(column: Any, t: pa.TimestampType) -> Any:
     return pc.if_else(inside, us, pa.scalar(None, pa.int64())).cast(pa.timestamp("us", tz=t.tz))
 
 
+def _micros_from_nanos(column: Any, t: pa.TimestampType) -> Any:
+    """A timestamp column in nanoseconds as microseconds (time zone kept), rounded down as DuckDB's reader
+    rounds them: every nanosecond instant has one. pyspark's own conversion failed (ArrowInvalid) on a value in
+    the last microsecond above -2^63 ns (1677-09-21 00:12:43.145224), so one such row made the table's
+    registration fail on Spark only."""
+    import pyarrow.compute as pc
+
+    v = column.cast(pa.int64())
+    q = pc.divide(v, 1_000)  # toward zero; |q * 1000| <= |v|: no overflow
+    below = pc.greater(pc.multiply(q, 1_000), v)  # a negative value with a fraction: one microsecond lower
+    return pc.if_else(below, pc.subtract(q, 1), q).cast(pa.timestamp("us", tz=t.tz))
+
+
 def _days_or_null(column: Any) -> Any:
     """An Arrow ``date64`` column (milliseconds) as ``date32`` days, rounded down, NULL outside
     ``DATE_MIN_DAY`` .. ``DATE_MAX_DAY`` (as DuckDB's reader: ``_duckdb_sources._arrow_plan``)."""
@@ -944,7 +957,8 @@ class SparkBackend:
         Spark converts timestamps in seconds or milliseconds to microseconds while building the
         frame and raises on one value beyond +-2^63 microseconds, and has no Arrow ``date64``: such
         top-level columns are converted here first, as DuckDB's reader converts them (NULL outside
-        290000 BC .. 294000, :func:`_micros_or_null`, :func:`_days_or_null`). Inside a nested
+        290000 BC .. 294000, :func:`_micros_or_null`, :func:`_days_or_null`); so are nanoseconds
+        (rounded down, :func:`_micros_from_nanos`: pyspark's conversion raised on values near -2^63 ns). Inside a nested
         column, and for a type Spark cannot read, a ConfigError names the column and the fix (a
         property of the schema, never of a value)."""
         from pyspark.sql.pandas.types import from_arrow_schema, from_arrow_type
@@ -956,6 +970,8 @@ class SparkBackend:
                 column = column.cast(t)
             if pa.types.is_timestamp(t) and t.unit in ("s", "ms"):
                 column = _micros_or_null(column, t)
+            elif pa.types.is_timestamp(t) and t.unit == "ns":
+                column = _micros_from_nanos(column, t)
             elif pa.types.is_date64(t):
                 column = _days_or_null(column)
             elif _holds_unconverted(t):
