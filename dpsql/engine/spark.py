@@ -320,7 +320,7 @@ def _micros_or_null(column: Any, t: pa.TimestampType) -> Any:
     return pc.if_else(inside, us, pa.scalar(None, pa.int64())).cast(pa.timestamp("us", tz=t.tz))
 
 
-def _micros_from_nanos(column: Any, t: pa.TimestampType) -> Any:
+def _micros_from_nanos(column: Any, t: Any) -> Any:
     """A timestamp column in nanoseconds as microseconds (time zone kept), rounded down as DuckDB's reader
     rounds them: every nanosecond instant has one. pyspark's own conversion failed (ArrowInvalid) on a value in
     the last microsecond above -2^63 ns (1677-09-21 00:12:43.145224), so one such row made the table's
@@ -330,7 +330,25 @@ def _micros_from_nanos(column: Any, t: pa.TimestampType) -> Any:
     v = column.cast(pa.int64())
     q = pc.divide(v, 1_000)  # toward zero; |q * 1000| <= |v|: no overflow
     below = pc.greater(pc.multiply(q, 1_000), v)  # a negative value with a fraction: one microsecond lower
-    return pc.if_else(below, pc.subtract(q, 1), q).cast(pa.timestamp("us", tz=t.tz))
+    out = pc.if_else(below, pc.subtract(q, 1), q)
+    return out.cast(pa.duration("us") if pa.types.is_duration(t) else pa.timestamp("us", tz=t.tz))
+
+
+def _duration_micros(column: Any, t: pa.DurationType) -> Any:
+    """A duration column in seconds, milliseconds or nanoseconds as microseconds, as DuckDB reads it into an INTERVAL
+    of microseconds: nanoseconds rounded down (:func:`_micros_from_nanos`), seconds and milliseconds NULL beyond the
+    64-bit microseconds. pyspark's own conversion raised (ArrowInvalid) on a nanosecond value with a fraction of a
+    microsecond and on seconds beyond that range, so one row decided whether the table registered on Spark."""
+    import pyarrow.compute as pc
+
+    if t.unit == "ns":
+        return _micros_from_nanos(column, t)
+    f = 1_000_000 if t.unit == "s" else 1_000
+    lo, hi = -(2**63 // f), (2**63 - 1) // f
+    v = column.cast(pa.int64())
+    inside = pc.and_(pc.greater_equal(v, lo), pc.less_equal(v, hi))
+    us = pc.multiply(pc.min_element_wise(pc.max_element_wise(v, lo), hi), f)  # clamped: cannot overflow
+    return pc.if_else(inside, us, pa.scalar(None, pa.int64())).cast(pa.duration("us"))
 
 
 def _days_or_null(column: Any) -> Any:
@@ -972,6 +990,8 @@ class SparkBackend:
                 column = _micros_or_null(column, t)
             elif pa.types.is_timestamp(t) and t.unit == "ns":
                 column = _micros_from_nanos(column, t)
+            elif pa.types.is_duration(t) and t.unit != "us":
+                column = _duration_micros(column, t)
             elif pa.types.is_date64(t):
                 column = _days_or_null(column)
             elif _holds_unconverted(t):
