@@ -42,7 +42,10 @@ D'. Also held: DOUBLE keys NaN, -0.0, +-inf, 5e-324, 1e308 (grouped as they are 
 integer division by zero, keys of TINYINT, SMALLINT, FLOAT, BLOB, LARGE_STRING, dictionary text, lower/upper of 'İ'
 and 'ß', TIMESTAMPTZ and TIME as text; NULL privacy units (text and integer) and units that differ by case or a
 trailing blank; privacy units of DECIMAL, DATE, TIMESTAMP, FLOAT, BLOB, TINYINT and text with combining marks where
-the caps bind. Skipped (with the reason) without pyspark/Java.
+the caps bind; DP-S4S, R2T and grouped joins (clipped and sampled) with one customer of 300 orders of 20 line items
+each (prices 1e308, ship dates 9999-12-31), also with order keys that duplicate other people's: the same releases on
+both engines; Parquet timestamps at +-2^63 microseconds and milliseconds and dates beyond year 9999: the same values
+(NULL) on both. Skipped (with the reason) without pyspark/Java.
 """
 
 from __future__ import annotations
