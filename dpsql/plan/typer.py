@@ -571,7 +571,10 @@ def conversion_guard(e: exp.Expression, src: SqlType, target: SqlType) -> exp.Ex
     if src.kind == "float" and target.kind == "decimal":
         x = e.copy() if src.name == "DOUBLE" else _cast(e.copy(), DOUBLE, try_=False)
         scaled = exp.Mul(this=x, expression=typed_literal(float(f"1e{target.scale}"), DOUBLE))
-        return exp.LT(this=exp.Abs(this=exp.Round(this=scaled)), expression=typed_literal(float(f"1e{target.precision}"), DOUBLE))
+        # |round(y)| < 10^p (half away from zero) is |y| < 10^p - 0.5 for every double y (below 2^52 the bound is
+        # exact; above, y is a whole number and the bound rounds to 10^p): no round(), which Spark does not render
+        return exp.LT(this=exp.Abs(this=scaled),
+                      expression=typed_literal(float(f"1e{target.precision}") - 0.5, DOUBLE))
     if src.kind == "float" and target.kind == "float":
         if src.name == "DOUBLE" and target.name == "FLOAT":
             inf = typed_literal(float("inf"), DOUBLE)
