@@ -370,15 +370,8 @@ def check(
 def _constant_conjuncts(e: exp.Expression | None) -> list[exp.Expression]:
     """The conjuncts of ``e`` that read nothing (no column, aggregate, window nor subquery): each is one value
     whatever the data (``1 = 0``, ``FALSE``, ``NULL``, ``'a' > 'b'``)."""
-    if e is None:
-        return []
-    while isinstance(e, exp.Paren):
-        e = e.this
-    if isinstance(e, exp.And):
-        return _constant_conjuncts(e.this) + _constant_conjuncts(e.expression)
-    if any(isinstance(n, (exp.Column, exp.AggFunc, exp.Window, exp.Select, exp.Star, exp.Placeholder)) for n in e.walk()):
-        return []
-    return [e]
+    return [c for c in satisfiable.conjuncts(e) if not any(
+        isinstance(n, (exp.Column, exp.AggFunc, exp.Window, exp.Select, exp.Star, exp.Placeholder)) for n in c.walk())]
 
 
 def _true_constant(backend: _Runs, condition: exp.Expression) -> bool:

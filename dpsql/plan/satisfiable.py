@@ -32,6 +32,7 @@ import numpy as np
 from sqlglot import exp
 
 from dpsql.plan.typer import SqlType, parse_type
+from dpsql.plan.workload import _conjuncts as conjuncts
 
 #: node types a conjunct decided here may hold (beside one column, read any number of times)
 _SHAPES = (exp.Column, exp.Identifier, exp.Literal, exp.Boolean, exp.Null, exp.Neg, exp.Paren, exp.EQ, exp.NEQ, exp.GT, exp.GTE,
@@ -41,23 +42,13 @@ _SHAPES = (exp.Column, exp.Identifier, exp.Literal, exp.Boolean, exp.Null, exp.N
 _KINDS = ("int", "decimal", "float", "varchar", "bool", "date", "timestamp")
 
 
-def _conjuncts(e: exp.Expression | None) -> list[exp.Expression]:
-    if e is None:
-        return []
-    while isinstance(e, exp.Paren):
-        e = e.this
-    if isinstance(e, exp.And):
-        return _conjuncts(e.this) + _conjuncts(e.expression)
-    return [e]
-
-
 def one_column_groups(where: exp.Expression | None, schema: dict[str, str]) -> dict[str, list[exp.Expression]]:
     """The WHERE's conjuncts that read one column only, through comparisons with constants, by that column (lower
     case), for columns of a type decided here and read at least twice (or by a BETWEEN): one comparison alone
     (``country = 'FR'``, the common WHERE) is not decided, so most queries pay nothing for this check. Conjuncts of
     other shapes are left out."""
     groups: dict[str, list[exp.Expression]] = {}
-    for c in _conjuncts(where):
+    for c in conjuncts(where):
         names = {col.name.lower() for col in c.find_all(exp.Column)}
         if len(names) != 1 or not all(isinstance(n, _SHAPES) for n in c.walk()):
             continue

@@ -64,6 +64,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import functools
 import math
 import os
 import re
@@ -608,12 +609,7 @@ def conversion_guard(e: exp.Expression, src: SqlType, target: SqlType) -> exp.Ex
                     conds.append(exp.GT(this=e.copy(), expression=typed_literal(-bound, src)))
         else:
             return None
-    if not conds:
-        return None
-    out = conds[0]
-    for c in conds[1:]:
-        out = exp.And(this=out, expression=c)
-    return out
+    return functools.reduce(lambda a, c: exp.And(this=a, expression=c), conds) if conds else None
 
 
 def guarded_conversion(e: exp.Expression, src: SqlType, target: SqlType) -> exp.Expression:
