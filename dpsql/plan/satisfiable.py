@@ -26,9 +26,9 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import math
+import struct
 from collections.abc import Iterable
 
-import numpy as np
 from sqlglot import exp
 
 from dpsql.plan.typer import SqlType, parse_type
@@ -123,14 +123,29 @@ def _floats(values: Iterable[object], single: bool) -> list[str]:
         out.add(a / 2 + b / 2)
     for f in pts:
         out.update((math.nextafter(f, -math.inf), math.nextafter(f, math.inf)))
-        if single:  # a FLOAT's neighbours of the FLOATs nearest f (f cast to FLOAT rounds to one of them)
-            for g in {float(np.float32(f)), float(np.nextafter(np.float32(f), np.float32(-np.inf))),
-                      float(np.nextafter(np.float32(f), np.float32(np.inf)))}:
-                if math.isfinite(g):
-                    out.update((g, float(np.nextafter(np.float32(g), np.float32(-np.inf))),
-                                float(np.nextafter(np.float32(g), np.float32(np.inf)))))
+        if single:  # the FLOATs nearest f (f cast to FLOAT rounds to one of them) and their neighbours
+            for g in _float32_around(f):
+                out.update(_float32_around(g))
     out.update((pts[0] * 2 - 1, pts[-1] * 2 + 1))
     return [repr(f) for f in sorted(out)] + ["inf", "-inf", "nan"]
+
+
+def _float32_around(f: float) -> list[float]:
+    """The FLOAT nearest ``f`` and the FLOATs on either side of it (finite ones; none beyond FLOAT's range)."""
+    try:
+        g = struct.unpack("<f", struct.pack("<f", f))[0]
+    except OverflowError:
+        return []
+    bits = struct.unpack("<i", struct.pack("<f", g))[0]
+    out = [g]
+    for b in (bits - 1, bits + 1):  # the next FLOATs by their bits (either order for a negative value)
+        try:
+            v = struct.unpack("<f", struct.pack("<i", b))[0]
+        except struct.error:
+            continue
+        if math.isfinite(v):
+            out.append(v)
+    return out
 
 
 def _texts(values: Iterable[object]) -> list[str]:
