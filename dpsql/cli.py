@@ -2394,6 +2394,10 @@ def _cli_text(text: str) -> str:
     # Python literal, which --option cannot read, was cut at its first '}')
     text = text.replace("options={'degree_caps': {'orders.o_custkey': 16}}", """--option 'degree_caps={"orders.o_custkey": 16}'""")
     text = re.sub(r"options=\{'(\w+)': ([^}]+)\}", _option_example, text)
+    # the ledger's path as the command line gives it
+    text = text.replace("hint: create the directory first or choose another path",
+                        "hint: create the directory first, or choose another path with --ledger (or [ledger] path in "
+                        "the config)")
     text = re.sub(r"e\.g\. (epsilon|delta)=([0-9][0-9.e-]*)", r"e.g. --\1 \2", text)  # Budget's hints
     text = re.sub(r"pass delta=([0-9][0-9.e-]*)", r"pass --delta \1", text)  # a mechanism's need of a delta
     text = re.sub(r"mechanism='(\w+)'", r"--option mechanism=\1", text)  # a mechanism named as an option

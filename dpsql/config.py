@@ -138,7 +138,9 @@ def _load_config(p: str) -> DpsqlConfig:
         # a byte order mark (Windows editors) is not TOML: read past it, as -f does for SQL files
         raw = tomllib.loads(data.removeprefix(b"\xef\xbb\xbf").decode("utf-8"))
     except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"config file {p!r} is not valid TOML: {e}") from None
+        raise ConfigError(f"config file {p!r} is not valid TOML: {e}",
+                          hint="fix the line named (a text value is quoted: privacy_unit = \"user_id\"; see "
+                               "examples/dpsql.toml)") from None
     except UnicodeDecodeError as e:
         raise ConfigError(f"config file {p!r} is not UTF-8 text (an invalid byte at offset {e.start})",
                           hint="save the config as UTF-8 (TOML files are UTF-8)") from None

@@ -202,3 +202,20 @@ def test_a_malformed_line_of_one_person_changes_nothing_but_released_values(
     d2 = _observed(tmp_path / "d2", ROWS.encode() + ODD[odd], capsys, monkeypatch)
     assert d == d2
     assert [rc for rc, _ in d] == [0, 0]
+
+
+def test_a_config_that_is_not_toml_gets_a_hint(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A TOML syntax error was refused with the reader's message and no hint line; it now says how to fix it."""
+    (here / "bad.toml").write_text('[tables.t\npath = "x"\n')
+    assert run(["--config", "bad.toml", "query", "--epsilon", "1", "SELECT COUNT(*) FROM t"]) == 2
+    err = capsys.readouterr().err
+    assert "is not valid TOML" in err and "hint: fix the line named" in err
+
+
+def test_a_ledger_in_a_missing_directory_names_the_flag(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``dpsql init --ledger nodir/l.duckdb`` said "create the directory first or choose another path" without naming
+    how the command line chooses it; it now names --ledger and the config's [ledger] path, and creates nothing."""
+    assert run(["--ledger", "nodir/l.duckdb", "init", "--epsilon", "1"]) != 0
+    err = capsys.readouterr().err
+    assert "does not exist" in err and "--ledger" in err and "[ledger] path" in err
+    assert not (here / "nodir").exists()
