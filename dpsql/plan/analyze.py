@@ -1736,7 +1736,7 @@ def _injective_in_unit(g: exp.Expression, unit: str, unit_type: str) -> bool:
                 return (_is_int_literal(e.expression) and the_unit(e.this)) or (
                     _is_int_literal(e.this) and the_unit(e.expression))
             if isinstance(e, exp.Mul):
-                return any(_is_int_literal(c) and _int_value(c) != 0 and the_unit(o)
+                return any(_is_int_literal(c) and _nonzero_literal(c) and the_unit(o)
                            for c, o in ((e.expression, e.this), (e.this, e.expression)))
             if isinstance(e, exp.Cast) and e.to.is_type(exp.DataType.Type.INT128):
                 return one_to_one(e.this)
@@ -1760,9 +1760,9 @@ def _is_int_literal(e: exp.Expression) -> bool:
     return isinstance(e, exp.Literal) and not e.is_string and str(e.this).isdigit()
 
 
-def _int_value(e: exp.Expression) -> int:
-    while isinstance(e, exp.Paren):
+def _nonzero_literal(e: exp.Expression) -> bool:
+    """Whether an integer literal (``_is_int_literal``) is not zero, read from its digits (no int() of a literal of
+    thousands of digits, which Python refuses)."""
+    while isinstance(e, (exp.Paren, exp.Neg)):
         e = e.this
-    if isinstance(e, exp.Neg):
-        return -_int_value(e.this)
-    return int(str(e.this))
+    return str(e.this).strip("0") != ""
