@@ -619,12 +619,13 @@ def test_waiters_are_served_first_come_first_served(tmp_path: Path) -> None:
     path = tmp_path / "ledger.duckdb"
     Ledger.create(path, Budget(1.0))
     queue = tmp_path / ".ledger.duckdb.queue"
-    release = threading.Event()
+    release, held = threading.Event(), threading.Event()
     order: list[str] = []
 
     def hook(p: str) -> None:
         name = threading.current_thread().name
         if name == "holder":
+            held.set()
             release.wait(30)
         else:
             order.append(name)
@@ -633,6 +634,9 @@ def test_waiters_are_served_first_come_first_served(tmp_path: Path) -> None:
     try:
         threads = [threading.Thread(target=lambda: Ledger(str(path), lock_timeout=60).remaining(), name="holder")]
         threads[0].start()
+        # the holder in the queue and holding the lock before the first waiter starts: else its own entry in the
+        # queue, made late on a loaded machine, looked like w1's, and w2 was started (and served) before w1
+        assert held.wait(60)
         names = ["w1", "w2", "w3", "w4", "w5"]
         for name in names:
             before = queue.read_text() if queue.exists() else ""
