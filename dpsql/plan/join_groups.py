@@ -61,6 +61,7 @@ from dpsql.plan.intervals import day_of
 from dpsql.plan.joins import SEP
 from dpsql.plan.parse import quoted, stands_for
 from dpsql.plan.typer import _INT_RANGES, TEMPORAL_ARG, TypeRefusal, parse_type, type_domain, type_key
+from dpsql.plan.workload import _conjuncts as conjuncts
 
 #: the most key combinations a grouped join releases (one noisy value each)
 MAX_GROUPS = 100_000
@@ -221,16 +222,7 @@ def _key(g: exp.Expression, tables: Mapping[str, TableSpec], resolve: Callable[[
 
 def _conditions_on(where: exp.Expression | None, flat_column: str) -> bool:
     """Whether a conjunct of the WHERE (over flat names) reads the column ``flat_column`` alone."""
-    parts, out = [where] if where is not None else [], False
-    while parts:
-        e = parts.pop()
-        while isinstance(e, exp.Paren):
-            e = e.this
-        if isinstance(e, exp.And):
-            parts += [e.this, e.expression]
-        elif {c.name for c in e.find_all(exp.Column)} == {flat_column}:
-            out = True
-    return out
+    return any({c.name for c in e.find_all(exp.Column)} == {flat_column} for e in conjuncts(where))
 
 
 #: functions whose value at a TIMESTAMP is their value at its day's midnight (its date alone decides them)
