@@ -595,7 +595,11 @@ def _check_on_keys(backend: _Runs, plan: ir.QueryPlan, aggregate_types: dict[str
             hint="check casts and arithmetic over the GROUP BY keys (e.g. CAST(key AS INTEGER) on text keys)",
         ) from None
     kept, every = _key_conjuncts(plan)
-    if kept and plan.aggregates:
+    # a QUALIFY that reads the keys alone (its windows' arguments, partitions and orders too) over a HAVING on the keys
+    # alone: the release is the key set those conditions keep, then the QUALIFY over exactly those rows (the windows'
+    # ties broken by the keys), so whether a key is kept is public as well
+    qualify = plan.qualify is not None and len(kept) == len(every) and _on_keys(plan.qualify, plan)
+    if (kept or qualify) and plan.aggregates:
         # the release lists the declared keys the WHERE's conditions on them (and HAVING's on the keys alone) keep:
         # when they keep none, it has no row whatever the data, and would be charged for nothing (as a range histogram
         # whose WHERE keeps no bin, LIMIT 0)
@@ -607,8 +611,8 @@ def _check_on_keys(backend: _Runs, plan: ir.QueryPlan, aggregate_types: dict[str
                 and plan.offset is None:
             rows = out.num_rows
         else:
-            only = dataclasses.replace(plan, having=exp.and_(*[c.copy() for c in kept], copy=False), order=[],
-                                       qualify=None, limit=None, offset=None)
+            only = dataclasses.replace(plan, having=exp.and_(*[c.copy() for c in kept], copy=False) if kept else None,
+                                       order=[], qualify=plan.qualify if qualify else None, limit=None, offset=None)
             rows = backend.post_process(pa.table(values), lambda rel: post_ast(only, exp.to_table(rel), [], total=True)).num_rows
         if rows == 0:
             # the released keys' values (a declared domain, or a range histogram's bin labels, which no domain lists)
@@ -626,6 +630,13 @@ def _check_on_keys(backend: _Runs, plan: ir.QueryPlan, aggregate_types: dict[str
                     "nothing was charged",
                     hint="check the conditions against the keys' declared ranges and domains, and the public tables' "
                          "rows (explain lists the keys)")
+            if qualify:
+                raise UnsupportedQueryError(
+                    f"the conditions on the GROUP BY keys (in WHERE, HAVING and QUALIFY, which read the keys alone) keep "
+                    f"no {which} key ({domains}), so the release would have no row whatever the data, and be charged "
+                    "for nothing; nothing was charged",
+                    hint="check the QUALIFY against the number of keys the other conditions keep (explain lists the "
+                         "keys)")
             raise UnsupportedQueryError(
                 f"the conditions on the GROUP BY keys (in WHERE, or in HAVING alone) exclude every {which} key ({domains}), so the release "
                 "would have no row whatever the data, and be charged for nothing; nothing was charged",
@@ -667,6 +678,14 @@ def _key_conjuncts(plan: ir.QueryPlan) -> tuple[list[exp.Expression], list[exp.E
 
     conj = conjuncts(plan.having)
     return [c for c in conj if on_keys(c)], conj
+
+
+def _on_keys(e: exp.Expression, plan: ir.QueryPlan) -> bool:
+    """Whether ``e`` (a QUALIFY) reads the released keys alone, windows included (their arguments, partitions and
+    orders), and no aggregate."""
+    keys = {k.name for k in plan.keys}
+    return not any((isinstance(n, exp.AggFunc) and not windows.is_window_function(n))
+                   or (isinstance(n, exp.Column) and n.name not in keys) for n in e.walk())
 
 
 def _in_key_order(table: pa.Table, keys: list[str]) -> pa.Table:

@@ -221,11 +221,10 @@ def test_negative_control_a_plain_comment_is_dropped(sessions: Any) -> None:
     assert r.table.column("k").to_pylist() == ["a", "b", "c"]
 
 
-@pytest.mark.xfail(strict=True, reason="a QUALIFY whose windows read the public keys alone is evaluated after the charge")
 def test_a_qualify_over_public_keys_that_keeps_none_is_refused_for_free(sessions: Any) -> None:
     """``QUALIFY row_number() OVER (ORDER BY k) > 3`` over three declared keys keeps no row whatever the data (the
-    windows read the keys alone, whose set is public): charged, no row. The conditions on the keys alone are checked
-    on the key set before the charge, QUALIFY's windows are not."""
+    windows read the keys alone, whose set is public): it was charged, no row. A QUALIFY that reads the keys alone
+    (over a HAVING on the keys alone) is now evaluated on the key set before the charge, as those conditions are."""
     a = observe(sessions[0], "SELECT k, COUNT(*) AS n FROM t GROUP BY k QUALIFY row_number() OVER (ORDER BY k) > 3")
     assert a["outcome"] == "UnsupportedQueryError" and not a["charged"], a
 

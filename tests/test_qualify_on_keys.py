@@ -1,0 +1,96 @@
+"""A QUALIFY that reads the public keys alone is decided on the key set before the charge.
+
+Over public keys (a declared domain, DAWA's bins, keys the WHERE lists) every key the conditions on the keys alone keep
+is released, so a QUALIFY whose windows read the keys alone (``row_number() OVER (ORDER BY k) > 3``, ``COUNT(*) OVER
+() > 5``) keeps a public number of rows: the windows are evaluated over exactly those rows, their ties broken by the
+keys. A QUALIFY that keeps none of them made a release with no row whatever the data, and it was charged; it is refused
+for free now, as a HAVING on the keys that keeps none is. A QUALIFY that reads a released value, or one after a HAVING
+on released values (whose rows are not public), is not decided: the query runs as before.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import duckdb
+import pytest
+
+import dpsql
+from dpsql import errors
+from dpsql.testing import use_noise, zero_noise
+
+
+@pytest.fixture(scope="module")
+def session() -> Any:
+    con = duckdb.connect()
+    con.execute("CREATE TABLE d AS SELECT r AS uid, ['a', 'b', 'c'][r % 3 + 1] AS k, r % 7 AS age, "
+                "['x', 'y'][r % 2 + 1] AS s FROM range(0, 600) t(r)")
+    s = dpsql.Session(budget=dpsql.Budget(1e6, 0.9), connection=con)
+    use_noise(s, zero_noise())
+    s.register("t", "d", privacy_unit="uid", max_groups_per_unit=2, max_rows_per_unit=4,
+               columns={"k": {"domain": ["a", "b", "c"]}, "age": {"bounds": (0, 10), "bins": 10}})
+    yield s
+    s.close()
+
+
+def _charges(s: dpsql.Session) -> int:
+    return int(s.history().num_rows)
+
+
+REFUSED = [
+    "SELECT k, COUNT(*) AS n FROM t GROUP BY k QUALIFY row_number() OVER (ORDER BY k) > 3",
+    "SELECT k, COUNT(*) AS n FROM t GROUP BY k QUALIFY COUNT(*) OVER () > 3",
+    "SELECT k, COUNT(*) AS n FROM t GROUP BY k QUALIFY rank() OVER (PARTITION BY k ORDER BY k) > 1",
+    "SELECT k, COUNT(*) AS n FROM t GROUP BY k HAVING k <> 'a' QUALIFY row_number() OVER (ORDER BY k DESC) = 3",
+    "SELECT k, COUNT(*) AS n FROM t WHERE k IN ('a', 'b') GROUP BY k QUALIFY COUNT(*) OVER () = 3",
+    "SELECT age, COUNT(*) AS n FROM t GROUP BY age QUALIFY row_number() OVER (ORDER BY age) > 10",
+    "SELECT k, SUM(1) AS n FROM t GROUP BY k QUALIFY lag(k) OVER (ORDER BY k) = 'zz'",
+]
+
+
+@pytest.mark.parametrize("sql", REFUSED)
+def test_a_qualify_on_the_keys_that_keeps_no_key_is_refused_for_free(session: Any, sql: str) -> None:
+    before = _charges(session)
+    with pytest.raises(errors.UnsupportedQueryError, match="no row whatever the data") as e:
+        session.query(sql, epsilon=1.0, delta=1e-6)
+    assert "QUALIFY" in str(e.value)
+    assert _charges(session) == before
+
+
+ANSWERED = [
+    # the same QUALIFYs one key short of none
+    ("SELECT k, COUNT(*) AS n FROM t GROUP BY k QUALIFY row_number() OVER (ORDER BY k) > 2", 1),
+    ("SELECT k, COUNT(*) AS n FROM t GROUP BY k QUALIFY COUNT(*) OVER () > 2", 3),
+    ("SELECT k, COUNT(*) AS n FROM t GROUP BY k HAVING k <> 'a' QUALIFY row_number() OVER (ORDER BY k DESC) = 2", 1),
+    ("SELECT age, COUNT(*) AS n FROM t GROUP BY age QUALIFY row_number() OVER (ORDER BY age) > 9", 1),
+    # a QUALIFY that reads a released value is not decided (here it keeps every row)
+    ("SELECT k, COUNT(*) AS n FROM t GROUP BY k QUALIFY row_number() OVER (ORDER BY n) > 0", 3),
+    ("SELECT k, COUNT(*) AS n FROM t GROUP BY k QUALIFY SUM(n) OVER () >= 0", 3),
+    # a HAVING on released values before it: its rows are not public, the QUALIFY is not decided
+    ("SELECT k, COUNT(*) AS n FROM t GROUP BY k HAVING COUNT(*) > 0 QUALIFY row_number() OVER (ORDER BY k) > 2", 1),
+]
+
+
+@pytest.mark.parametrize(("sql", "rows"), ANSWERED)
+def test_a_qualify_that_keeps_a_key_or_reads_released_values_is_answered(session: Any, sql: str, rows: int) -> None:
+    before = _charges(session)
+    r = session.query(sql, epsilon=1.0, delta=1e-6)
+    assert r.table.num_rows == rows
+    assert _charges(session) == before + 1
+
+
+def test_a_qualify_after_a_having_on_released_values_is_charged_even_when_it_keeps_no_row(session: Any) -> None:
+    """Negative control of the rule: after a HAVING on released values the rows that reach the QUALIFY are not public,
+    so it is not decided before the charge, even where (as here) it keeps no row."""
+    before = _charges(session)
+    r = session.query("SELECT k, COUNT(*) AS n FROM t GROUP BY k HAVING COUNT(*) > 0 "
+                      "QUALIFY row_number() OVER (ORDER BY k) > 3", epsilon=1.0, delta=1e-6)
+    assert r.table.num_rows == 0
+    assert _charges(session) == before + 1
+
+
+def test_the_keys_a_qualify_keeps_are_those_the_release_keeps(session: Any) -> None:
+    r = session.query("SELECT k, COUNT(*) AS n FROM t GROUP BY k QUALIFY row_number() OVER (ORDER BY k DESC) <= 2 "
+                      "ORDER BY k", epsilon=1.0, delta=1e-6)
+    assert r.table.column("k").to_pylist() == ["b", "c"]
+    assert r.table.column("n").to_pylist() == [200, 200]
