@@ -94,3 +94,16 @@ def test_the_keys_a_qualify_keeps_are_those_the_release_keeps(session: Any) -> N
                       "ORDER BY k", epsilon=1.0, delta=1e-6)
     assert r.table.column("k").to_pylist() == ["b", "c"]
     assert r.table.column("n").to_pylist() == [200, 200]
+
+
+def test_over_a_grouped_join_too() -> None:
+    from tests.test_tpch_queries import _COL, _data, _session
+
+    q = f"SELECT l.l_shipmode, COUNT(*) AS n {_COL}GROUP BY 1 QUALIFY row_number() OVER (ORDER BY l.l_shipmode) > "
+    with _session(_data()) as s:
+        use_noise(s, zero_noise())
+        with pytest.raises(errors.UnsupportedQueryError, match="QUALIFY"):
+            s.query(q + "2", epsilon=1.0, delta=1e-6)  # two declared modes
+        assert _charges(s) == 0
+        r = s.query(q + "1", epsilon=1.0, delta=1e-6)
+        assert r.table.column(0).to_pylist() == ["SHIP"] and _charges(s) == 1
