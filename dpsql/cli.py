@@ -454,7 +454,7 @@ def _ledger_path(args: argparse.Namespace, cfg: Any) -> str:
         return _utf8_ledger(os.path.expanduser(str(args.ledger)), "--ledger")  # --ledger=~/x: no shell expands it
     if cfg.in_memory:
         raise ConfigError(
-            f'config file {cfg.path!r} keeps its ledger in memory ([ledger] path = ":memory:"): the command line '
+            f'config file {cfg.shown_path!r} keeps its ledger in memory ([ledger] path = ":memory:"): the command line '
             "needs a ledger file, or every command would start from a fresh budget",
             hint='set [ledger] path = "ledger.duckdb" in the config',
         )

@@ -70,6 +70,12 @@ class DpsqlConfig:
     lock_timeout: float = 10.0  # seconds an operation waits for a busy ledger before a LedgerError
     engine: EngineSettings = field(default_factory=EngineSettings)
     tables: Mapping[str, Mapping[str, Any]] = field(default_factory=_empty)  # name -> register() kwargs
+    given_path: str | None = None  # the path as the caller gave it (messages name the file so, as load_config's do)
+
+    @property
+    def shown_path(self) -> str | None:
+        """The file's path as the caller gave it (its absolute path when built without one)."""
+        return self.given_path if self.given_path is not None else self.path
 
     @property
     def in_memory(self) -> bool:
@@ -84,7 +90,7 @@ class DpsqlConfig:
         """The ``ledger`` argument of ``Session``: a file path, or None for an in-memory ledger."""
         if self.ledger_path is None:
             raise ConfigError(
-                f"config file {self.path!r} names no ledger: its budget must live in one place",
+                f"config file {self.shown_path!r} names no ledger: its budget must live in one place",
                 hint='add [ledger] with path = "ledger.duckdb" (or path = ":memory:" for a notebook) and epsilon',
             )
         return None if self.in_memory else self.ledger_path
@@ -98,16 +104,16 @@ class DpsqlConfig:
         except ConfigError as e:
             key = _table_key(e.message, self.tables)
             if type(e) not in (ConfigError, InputUnavailableError) or self.path is None or key is None or repr(
-                    self.path) in e.message:
+                    self.shown_path) in e.message:
                 raise
-            raise type(e)(f"config file {self.path!r}, {key}: {e.message}", hint=e.hint) from None
+            raise type(e)(f"config file {self.shown_path!r}, {key}: {e.message}", hint=e.hint) from None
 
 
 def load_config(path: str | os.PathLike[str]) -> DpsqlConfig:
     """Read and check a ``dpsql.toml``; every problem is a ConfigError naming the file and the fix."""
     p = os.fspath(path)
     try:
-        return _load_config(p)
+        return dataclasses.replace(_load_config(p), given_path=p)
     except ConfigError as e:  # (a job that reads one of several configs is told which)
         if type(e) not in (ConfigError, InputUnavailableError) or repr(p) in e.message:
             raise
