@@ -12,7 +12,6 @@ import random
 from typing import Any
 
 import duckdb
-import pyarrow as pa
 import pytest
 import sqlglot
 
@@ -137,3 +136,38 @@ def test_the_decision_over_long_in_lists_agrees_with_a_search(session: Any, typ:
             refused += 1
     con.close()
     assert refused > 0
+
+
+@pytest.fixture(scope="module")
+def hashed_ids() -> Any:
+    """300 people whose ids are 64-bit values from 2^60 (as hashed ids are): a DOUBLE holds them to 256."""
+    con = duckdb.connect()
+    s = dpsql.Session(budget=dpsql.Budget(1e6, 0.9))
+    use_noise(s, zero_noise())
+    s.register("h", con.sql("SELECT CAST(1152921504606846976 + r AS BIGINT) AS uid FROM range(0, 300) t(r)")
+               .to_arrow_table(), privacy_unit="uid")
+    yield s
+    s.close()
+    con.close()
+
+
+@pytest.mark.parametrize(("key", "counts"), [
+    ("uid + 100000000000000000000000000000000000000000", [300]),  # 10^41: computed in DOUBLE, every id one value
+    ("uid * 100000000000000000000", [129, 171]),  # 10^20: computed in DOUBLE, 256 ids a value
+])
+def test_group_by_arithmetic_of_the_unit_in_double_is_not_called_one_to_one(hashed_ids: Any, key: str,
+                                                                            counts: list[int]) -> None:
+    """Was: refused for free as a one-to-one function of the unit ("takes one value per person"): an integer literal of
+    any length was taken for exact arithmetic, but beyond 18 digits the product or sum is computed in DOUBLE and many
+    people share a value. Now: answered, one group per DOUBLE value (as plain SQL groups them, zero noise)."""
+    r = hashed_ids.query(f"SELECT {key} AS g, COUNT(*) AS n FROM h GROUP BY g ORDER BY g", epsilon=1.0, delta=1e-6)
+    assert r.table.column("n").to_pylist() == counts
+
+
+@pytest.mark.parametrize("key", ["uid + 1", "uid * 999999999999999999", "uid * -000999999999999999999",
+                                 "(uid - 999999999999999999)"])
+def test_negative_control_exact_arithmetic_of_the_unit_is_still_refused_for_free(hashed_ids: Any, key: str) -> None:
+    before, left = _charged(hashed_ids), hashed_ids.remaining()
+    with pytest.raises(errors.UnsupportedQueryError, match="one-to-one function of the privacy unit"):
+        hashed_ids.query(f"SELECT {key} AS g, COUNT(*) AS n FROM h GROUP BY g", epsilon=1.0, delta=1e-6)
+    assert _charged(hashed_ids) == before and hashed_ids.remaining() == left
