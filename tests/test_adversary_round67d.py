@@ -171,3 +171,32 @@ def test_negative_control_exact_arithmetic_of_the_unit_is_still_refused_for_free
     with pytest.raises(errors.UnsupportedQueryError, match="one-to-one function of the privacy unit"):
         hashed_ids.query(f"SELECT {key} AS g, COUNT(*) AS n FROM h GROUP BY g", epsilon=1.0, delta=1e-6)
     assert _charged(hashed_ids) == before and hashed_ids.remaining() == left
+
+
+def test_the_decision_over_integers_compared_in_double_agrees_with_a_search(session: Any) -> None:
+    """A BIGINT compared with DOUBLE constants is compared in DOUBLE, where 10^18 + 1 rounds to 10^18: 80 random
+    conjunctions of such comparisons, never refused where an integer of the grid (steps of 64 around 10^18, the
+    ends of BIGINT) meets them. Negative control: some are refused (the search tests refusals too)."""
+    rng = random.Random(67_0001)
+    doubles = ["1e18", "1.000000000000000128e18", "1.000000000000000256e18", "9.99999999999999872e17",
+               "9.223372036854775e18", "-9.223372036854775e18"]
+    con = duckdb.connect()
+    con.execute("CREATE TABLE g AS SELECT CAST(1000000000000000000 + 64 * v AS BIGINT) AS c FROM range(-12, 13) t(v) "
+                "UNION ALL SELECT 9223372036854775807 UNION ALL SELECT -9223372036854775808 UNION ALL SELECT NULL")
+    refused = 0
+    for _ in range(80):
+        parts = [f"c {rng.choice(['<', '<=', '>', '>=', '=', '<>'])} {rng.choice(doubles)}" for _ in range(2)]
+        if rng.random() < 0.3:
+            parts.append(rng.choice(["c IS NOT NULL", "c IS NULL"]))
+        conj = [sqlglot.parse_one(p, read="duckdb") for p in parts]
+        typed = type_predicate(sqlglot.exp.and_(*(c.copy() for c in conj)), {"c": "BIGINT"}, "WHERE")
+        found = con.execute(f"SELECT count(*) FROM g WHERE TRY(CAST({typed.sql(dialect='duckdb')} AS BOOLEAN))"
+                            ).fetchone()
+        assert found is not None
+        meets = _some_value_meets(session._engine, "c", "BIGINT", conj)
+        if found[0] > 0:
+            assert meets, parts
+        elif not meets:
+            refused += 1
+    con.close()
+    assert refused > 0
