@@ -1,5 +1,6 @@
 """Review of the free refusals of recent changes: WHERE conditions on one column that no value of its type meets
-(``dpsql.plan.satisfiable``), GROUP BY a one-to-one function of the privacy unit (``analyze._injective_in_unit``).
+(``dpsql.plan.satisfiable``), GROUP BY a one-to-one function of the privacy unit (``analyze._injective_in_unit``), and
+the key sets of grouped joins narrowed by the WHERE's conditions on a key's column (``rewrite.join_groups``).
 
 A free refusal must hold for every value of the column's type (else a query the data may answer is refused); each
 finding below is a WHERE or GROUP BY that was refused for free although the data releases rows under it, compared with
@@ -12,8 +13,11 @@ import random
 from typing import Any
 
 import duckdb
+import pyarrow as pa
 import pytest
 import sqlglot
+from test_s4s_vector import session as tpch_session
+from test_s4s_vector import tpch
 
 import dpsql
 from dpsql import errors
@@ -200,3 +204,64 @@ def test_the_decision_over_integers_compared_in_double_agrees_with_a_search(sess
             refused += 1
     con.close()
     assert refused > 0
+
+
+_LO = "FROM lineitem l JOIN orders o ON o.o_orderkey = l.l_orderkey"
+
+
+@pytest.fixture(scope="module")
+def nulls() -> Any:
+    """The grouped-join tables, every seventh ship date NULL (75 line items)."""
+    data = tpch()
+    li = data["lineitem"]
+    days = li.column("l_shipdate").to_pylist()
+    data["lineitem"] = li.set_column(li.schema.get_field_index("l_shipdate"), "l_shipdate", pa.array(
+        [None if j % 7 == 0 else d for j, d in enumerate(days)], pa.date32()))
+    s = tpch_session(data)
+    use_noise(s, zero_noise())
+    con = duckdb.connect()
+    for name, table in data.items():
+        con.register(name, table)
+    yield s, con
+    s.close()
+    con.close()
+
+
+def _joined(nulls: Any, key: str, where: str) -> tuple[dict[Any, Any], dict[Any, int]]:
+    s, con = nulls
+    sql = f"SELECT {key} AS k, COUNT(*) AS n {_LO} WHERE {where} GROUP BY k"
+    r = s.query(sql, epsilon=4.0, delta=1e-7)
+    got = dict(zip(r.table.column("k").to_pylist(), r.table.column("n").to_pylist(), strict=True))
+    return got, dict(con.execute(sql).fetchall())
+
+
+_LATE = "CASE WHEN l.l_shipdate > DATE '1993-06-01' THEN 'late' END"
+
+
+@pytest.mark.parametrize(("key", "where"), [
+    (_LATE, "l.l_shipdate IS NULL OR l.l_shipdate > DATE '1994-06-01'"),
+    ("NULLIF(year(l.l_shipdate), 1992)", "l.l_shipdate IS NULL OR l.l_shipdate > DATE '1994-06-01'"),
+    (_LATE, "l.l_shipdate IS NULL"),
+])
+def test_a_derived_join_key_keeps_the_key_of_a_null_column_the_where_lets_through(nulls: Any, key: str,
+                                                                                  where: str) -> None:
+    """A key computed from a DATE column is NULL at a NULL date, as at every day up to 1993-06-01 (or in 1992). The
+    key set narrowed by the WHERE's conditions on the date kept only the keys of the days they let through, so the
+    NULL key of the 75 line items without a date (which meet ``l_shipdate IS NULL``) was dropped: its group was
+    missing from the release (and ``WHERE l_shipdate IS NULL`` alone was refused for free, "the key sets hold no
+    key"). Now: where the conditions hold at NULL the set is not narrowed, and the NULL group is released with the
+    count of plain SQL (zero noise)."""
+    got, truth = _joined(nulls, key, where)
+    assert truth[None] == 75
+    assert {k: got[k] for k in truth} == truth
+
+
+def test_negative_control_conditions_false_at_null_still_narrow_the_key_set(nulls: Any) -> None:
+    """``l_shipdate > DATE '1994-06-01'`` is not true at NULL: the set keeps 'late' alone (the NULL key of the days
+    before 1993-06-01 is left out, as no tuple meeting the WHERE has it); a plain column's key is narrowed as before."""
+    got, truth = _joined(nulls, _LATE, "l.l_shipdate > DATE '1994-06-01'")
+    assert got == truth and list(got) == ["late"]
+    got, truth = _joined(nulls, "year(l.l_shipdate)", "l.l_shipdate > DATE '1994-06-01'")
+    assert got == truth and list(got) == [1994]
+    got, truth = _joined(nulls, "l.l_shipdate", "l.l_shipdate IS NULL OR l.l_shipdate > DATE '1994-12-01'")
+    assert len(got) == 30 and None not in got
