@@ -1707,8 +1707,9 @@ def analyze(sql: str, catalog: Mapping[str, TableSpec]) -> ir.QueryPlan:
 
 def _injective_in_unit(g: exp.Expression, unit: str, unit_type: str) -> bool:
     """Whether the GROUP BY key ``g`` reads the privacy unit's column alone, one-to-one: an integer unit (at most 64
-    bits: its arithmetic is exact, no result is computed in DOUBLE) plus or minus a constant integer, times a non-zero
-    one, negated, or cast to text or HUGEINT; a text unit with constant text around it; either cast to text. Anything
+    bits) plus or minus a constant integer of at most 18 digits, times a non-zero one (its arithmetic is then exact, in
+    BIGINT or HUGEINT: a larger constant is computed in DOUBLE, where ``uid * 10^20`` maps the 64-bit ids 2^60 .. 2^60 +
+    255 to one value and ``uid + 10^41`` every id), negated, or cast to text or HUGEINT; a text unit with constant text around it; either cast to text. Anything
     else (``unit % 10``, ``lower(unit)``, nested arithmetic, floats) is not decided here: a refusal must hold for
     every value of the unit's type."""
     t = parse_type(unit_type)
@@ -1757,7 +1758,8 @@ def _is_int_literal(e: exp.Expression) -> bool:
         e = e.this
     if isinstance(e, exp.Neg):
         return _is_int_literal(e.this)
-    return isinstance(e, exp.Literal) and not e.is_string and str(e.this).isdigit()
+    # (at most 18 digits: |unit x c| < 2^64 x 10^18 < 10^38, a HUGEINT on every engine, never a DOUBLE)
+    return isinstance(e, exp.Literal) and not e.is_string and str(e.this).isdigit() and len(str(e.this).lstrip("0")) <= 18
 
 
 def _nonzero_literal(e: exp.Expression) -> bool:

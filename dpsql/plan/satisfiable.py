@@ -9,16 +9,18 @@ the same of conjuncts that read one column only through comparisons with constan
 Method (exact for the shapes accepted): such a conjunction's truth, as a function of the column's value, is constant
 between consecutive constants it compares with (comparisons, ``IN``, ``BETWEEN``, ``IS [NOT] NULL``, combined by
 ``AND``, ``OR``, ``NOT``). :func:`candidates` gives values of the column's type that meet every such piece: each
-constant, its neighbours in the type (an integer's +-1, a decimal's +-one unit of its scale, a float's next values,
-a date's +-1 day, a timestamp's +-1 microsecond, a text followed by the least characters), the midpoints of floats,
-a value below and above all constants, the special values of floats, and NULL. The conjunction holds for some
-value of the column exactly when it holds for one of these. The constants are those of the typed rendering (the
+constant, its neighbours in the type (an integer's +-1 and a decimal's +-one unit of its scale, of a DOUBLE constant's
+neighbouring DOUBLEs too, a float's next values, a date's +-1 day, a timestamp's +-1 microsecond, a date and an instant
+beyond Python's years 1..9999, a text followed by the least characters), the midpoints of floats, a value below and
+above all constants, the special values of floats, and NULL. The conjunction holds for some value of the column exactly
+when it holds for one of these. The constants are those of the typed rendering (the
 rendering the bounded query runs, ``dpsql.plan.typer.type_predicate``), evaluated by the engine over a public one-row
 relation, and the candidates are cast to the column's type by the engine: the decision reads the SQL and the catalog
 only (a function of public metadata), never a private row.
 
-Anything outside these shapes (a function of the column, two columns, a subquery, LIKE) is not decided: the query
-runs as before.
+Anything outside these shapes (a function of the column, its negation or a cast of it included: ``-i > 5`` holds at
+-6, ``CAST(i AS VARCHAR) > '5'`` at 50, far from the constants; two columns, a subquery, LIKE) is not decided: the
+query runs as before.
 """
 
 from __future__ import annotations
@@ -54,6 +56,8 @@ def one_column_groups(where: exp.Expression | None, schema: dict[str, str]) -> d
             continue
         if isinstance(c, exp.In) and (c.args.get("query") is not None or c.args.get("unnest") is not None):
             continue
+        if any(isinstance(n, (exp.Neg, exp.Cast)) and n.find(exp.Column) is not None for n in c.walk()):
+            continue  # (-i > 5 holds at i = -6, CAST(i AS VARCHAR) > '5' at i = 50: values far from the constants)
         (name,) = names
         if name in schema and parse_type(schema[name]).kind in _KINDS:
             groups.setdefault(name, []).append(c)
@@ -72,6 +76,13 @@ def constant_operands(typed: exp.Expression) -> list[exp.Expression]:
             visit(node.this)
             return
         if not any(isinstance(n, exp.Column) for n in node.walk()):
+            if isinstance(node, exp.MD5) and isinstance(node.this, exp.DPipe):
+                # an element of a long IN list, compared by its digest (``MD5(salt || CAST(c AS TEXT))``,
+                # ``dpsql.plan.typer._digest``): the element itself is the constant (its digest is no value of the
+                # column: ``s IN ('a', ..., 'y') AND s > 'b'`` holds at 'y', which no digest's neighbour is)
+                node = node.this.expression
+                if isinstance(node, exp.Cast) and node.to.is_type(*exp.DataType.TEXT_TYPES):
+                    node = node.this
             if not isinstance(node, exp.DataType):
                 out.append(node)
             return
@@ -82,6 +93,13 @@ def constant_operands(typed: exp.Expression) -> list[exp.Expression]:
     return out
 
 
+def _around(v: float) -> list[float]:
+    """A finite DOUBLE constant and the DOUBLEs on either side of it (finite ones): a column compared in DOUBLE
+    (``bi > 1e18`` is ``TRY_CAST(bi AS DOUBLE) > 1e18``) holds a value whose DOUBLE is the next one above the constant
+    (1e18 + 128) where its own neighbours (1e18 +- 1) round to the constant itself."""
+    return [f for f in (math.nextafter(v, -math.inf), v, math.nextafter(v, math.inf)) if math.isfinite(f)]
+
+
 def _ints(values: Iterable[object]) -> list[str]:
     out: set[int] = {0}
     for v in values:
@@ -89,8 +107,9 @@ def _ints(values: Iterable[object]) -> list[str]:
             continue
         if isinstance(v, float) and not math.isfinite(v):
             continue
-        lo, hi = math.floor(v), math.ceil(v)
-        out.update((lo - 1, lo, hi, hi + 1))
+        for f in _around(v) if isinstance(v, float) else [v]:
+            lo, hi = math.floor(f), math.ceil(f)
+            out.update((lo - 1, lo, hi, hi + 1))
     return [str(v) for v in sorted(out)]
 
 
@@ -102,10 +121,10 @@ def _decimals(values: Iterable[object], scale: int) -> list[str]:
             continue
         if isinstance(v, float) and not math.isfinite(v):
             continue
-        d = decimal.Decimal(v)
-        for r in (decimal.ROUND_FLOOR, decimal.ROUND_CEILING):
-            q = d.quantize(unit, rounding=r) if abs(d) < decimal.Decimal(10) ** 40 else d.to_integral_value(r)
-            out.update((q - unit, q, q + unit))
+        for d in map(decimal.Decimal, _around(v) if isinstance(v, float) else [v]):
+            for r in (decimal.ROUND_FLOOR, decimal.ROUND_CEILING):
+                q = d.quantize(unit, rounding=r) if abs(d) < decimal.Decimal(10) ** 40 else d.to_integral_value(r)
+                out.update((q - unit, q, q + unit))
     return [format(v, "f") for v in sorted(out)]
 
 
@@ -156,6 +175,13 @@ def _texts(values: Iterable[object]) -> list[str]:
     return sorted(out)
 
 
+#: the engine's dates and instants just outside Python's years 1..9999 (DuckDB's reach 290309 BC .. 294247, and a
+#: registered column keeps those of 290000 BC .. 294000): a constant of those years has no neighbour in Python beyond
+#: them, so these stand for every value below and above (``d > DATE '9999-12-31'`` holds at 10000-01-01)
+_BEYOND_DATES = ["0001-12-31 (BC)", "10000-01-01"]
+_BEYOND_TIMESTAMPS = ["0001-12-31 (BC) 23:59:59.999999", "10000-01-01 00:00:00"]
+
+
 def _dates(values: Iterable[object]) -> list[str]:
     out = {dt.date(1970, 1, 1), dt.date.min, dt.date.max}
     for v in values:
@@ -166,7 +192,7 @@ def _dates(values: Iterable[object]) -> list[str]:
                     out.add(d + dt.timedelta(days=k))
                 except OverflowError:
                     pass
-    return [d.isoformat() for d in sorted(out)]
+    return [d.isoformat() for d in sorted(out)] + _BEYOND_DATES
 
 
 def _timestamps(values: Iterable[object]) -> list[str]:
@@ -182,7 +208,7 @@ def _timestamps(values: Iterable[object]) -> list[str]:
                 out.add(t + k * step)
             except OverflowError:
                 pass
-    return [t.isoformat(sep=" ") for t in sorted(out)]
+    return [t.isoformat(sep=" ") for t in sorted(out)] + _BEYOND_TIMESTAMPS
 
 
 def candidates(sql_type: SqlType, constants: Iterable[object]) -> list[str | None]:

@@ -166,8 +166,9 @@ def _derived_set(k: ir.JoinKey, jp: ir.JoinPlan, catalog: Mapping[str, TableSpec
         for j, (name, typ, values) in enumerate(k.value_sets):
             listed = _values(name, typ, values).subquery(f"__v{j}")
             q = q.from_(listed) if j == 0 else q.join(listed, join_type="cross")
-        for c in _own_conditions(k, jp):
-            q = q.where(guard(c, dict(jp.flat_schema)))
+        own = [guard(c, dict(jp.flat_schema)) for c in _own_conditions(k, jp)]
+        if own:
+            q = q.where(_kept(k, own))
         return q
     t = catalog[dict(jp.inputs)[k.alias]]
     own = _public_conditions(jp, k.alias)
@@ -260,6 +261,24 @@ def _own_conditions(k: ir.JoinKey, jp: ir.JoinPlan) -> list[exp.Expression]:
         return []
     local, _ = _split_where(jp)
     return [c for conds in local.values() for c in conds if {col.name for col in c.find_all(exp.Column)} == {name}]
+
+
+def _kept(k: ir.JoinKey, own: list[exp.Expression]) -> exp.Expression:
+    """The filter of a key set by the conditions ``own`` (``_own_conditions``, guarded) on its one column. A key
+    computed from the column (not the column itself) is the expression's value at NULL for a tuple whose column is
+    NULL: ``CASE WHEN d > X THEN 'late' END`` is NULL there as at every day up to X, ``COALESCE(d, DATE '1992-01-01')``
+    is that day. Where the conditions hold at NULL too (``d IS NULL OR d > Y``), such a tuple meets them while its key
+    may be the value of a day they drop: the set is then not narrowed (as before the conditions narrowed it), so that
+    key stays (it was dropped, and ``WHERE d IS NULL`` refused for free, though the NULL group held rows)."""
+    held = exp.and_(*own) if len(own) > 1 else own[0]
+    name, typ, _ = k.value_sets[0] if k.value_sets else ("", "", ())
+    col = k.expr.this if isinstance(k.expr, exp.Cast) and parse_type(k.expr.to.sql(dialect="duckdb")).name == \
+        parse_type(typ).name else k.expr
+    if isinstance(col, exp.Column) and col.name == name:
+        return held  # the column itself: NULL is no key of its set, a tuple whose column is NULL is in no group
+    null = exp.Cast(this=exp.Null(), to=exp.DataType.build(typ, dialect="duckdb"))
+    at_null = held.copy().transform(lambda n: null.copy() if isinstance(n, exp.Column) and n.name == name else n)
+    return exp.or_(exp.paren(held, copy=False), exp.paren(at_null, copy=False))
 
 
 def _parts(jp: ir.JoinPlan) -> list[list[ir.JoinKey]]:
