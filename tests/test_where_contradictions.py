@@ -170,3 +170,22 @@ def test_the_candidates_of_each_kind_hold_null_and_the_constants_neighbours() ->
     assert {"a", "a\x00", "a\x01", "", None} <= set(t(parse_type("VARCHAR"), ["a"]))
     assert {"2024-01-01", "2024-01-02", "2024-01-03"} <= set(t(parse_type("DATE"), [dt.date(2024, 1, 2)]))
     assert {"inf", "-inf", "nan", "1.5"} <= set(t(parse_type("DOUBLE"), [1.0, 2.0]))
+
+
+def test_conditions_with_more_constants_than_decided_are_charged_as_before(session: Any) -> None:
+    """Deciding costs the typing and candidates of every constant (about 1.5 ms each): over
+    ``postprocess.MEETS_MOST_CONSTANTS`` constants on one column (a long IN list beside another condition) the
+    conditions are not decided and the query runs as before, at the limit they are."""
+    from dpsql.postprocess import MEETS_MOST_CONSTANTS
+
+    def where(n: int) -> str:  # n constants, no value meets them (listed values, all below 0 and the other above)
+        return f"i IN ({', '.join(str(-v) for v in range(1, n))}) AND i > 0"
+
+    before = _charged(session)
+    with pytest.raises(errors.UnsupportedQueryError, match="holds for no value of column"):
+        session.query(f"SELECT s, COUNT(*) AS n FROM t WHERE {where(MEETS_MOST_CONSTANTS)} GROUP BY s", epsilon=1.0,
+                      delta=1e-6)
+    assert _charged(session) == before
+    r = session.query(f"SELECT s, COUNT(*) AS n FROM t WHERE {where(MEETS_MOST_CONSTANTS + 1)} GROUP BY s",
+                      epsilon=1.0, delta=1e-6)
+    assert r.table.num_rows == 0 and _charged(session) == before + 1
