@@ -245,7 +245,9 @@ def spread_of(values: Sequence[tuple[exp.Expression, str]], spread: Spread,
             return None
         # (a key's salted digest, :func:`key_digests`, is unknown without the salt already)
         weak = typ != DIGEST_TYPE and (weakly_hashed(typ) or weakly_hashed(other))
-        inputs.append(salted_text(x, spread.salt, digest) if weak else x)
+        # (a UHUGEINT's text is spelled cheaply only with its type known: dpsql.plan.typer.uhugeint_text)
+        unsigned = typ if typ.strip().upper() == "UHUGEINT" else ""
+        inputs.append(salted_text(x, spread.salt, digest, unsigned) if weak else x)
     if fast is not None:
         return fast([x.copy() for x in inputs], spread.salt)  # type: ignore[no-any-return]
     names = [f"__spread_in{i}" for i in range(len(inputs))]
