@@ -38,7 +38,7 @@ import pytest
 
 import dpsql
 from dpsql.accounting.sparse_histogram import _exact, _exact_bruteforce
-from dpsql.budget import Budget, compose, exact_sum_fits
+from dpsql.budget import Budget, compose, exact_sum_fits, share_of
 from dpsql.mechanisms._dawa_greedyh import (
     _tree_levels,
     greedy_h,
@@ -350,3 +350,26 @@ def test_budget_sums_are_exact_at_the_edges() -> None:
     assert exact_sum_fits([Budget(1 / 3, 1e-7)] * 2, left, Budget(1.0, 1e-6))
     assert not exact_sum_fits([Budget(1 / 3, 1e-7)] * 2, Budget(math.nextafter(left.epsilon, 2), left.delta),
                               Budget(1.0, 1e-6))
+
+
+# ----------------------------------------------------------------------------- R2T: each run's sensitivity tau + G
+
+
+def test_an_r2t_run_proves_at_most_its_share() -> None:
+    """Was: a run was calibrated for the float sum fl(tau + G) of its threshold and the truncation's certified slack
+    G = tau 2^-10, below the exact sum for tau = 7.1^4 = 2541.1680999999994 (tau_base 7.1), so at epsilon =
+    9.943944177627777, GS = 1000 (lambda two ulps above 1024) the run proved epsilon/L (1 + 2.2e-18). Now the sum is
+    rounded up: every run proves at most its share, there and on the 40 floats below."""
+    from dpsql.mechanisms.s4s import r2t_calibration
+
+    tau = 2541.1680999999994
+    assert Fraction(tau + tau * 2.0**-10) < Fraction(tau) * (1 + Fraction(1, 1024))  # the premise (control)
+    e = 9.943944177627777
+    for _ in range(40):
+        sched, snaps = r2t_calibration(e, 1000.0, 0.1, 7.1)
+        share = Fraction(share_of(e, len(sched)))
+        for s, (lam, _, bound) in zip(sched, snaps, strict=True):
+            t = Fraction(float(s.tau))
+            proven = t * Fraction(1025, 1024) / Fraction(lam) + Fraction(2) ** -45 * (Fraction(bound) / Fraction(lam) + 2)
+            assert proven <= share, (e, s.tau)
+        e = math.nextafter(e, 0.0)

@@ -722,9 +722,12 @@ def r2t_calibration(
     public quantities only (raises :class:`ConfigError` when ε is too small for the noise)."""
     sched = tuple(r2t_schedule(e, gs, beta, base))
     share = share_of(e, len(sched))
-    # sensitivity τ_j + G(τ_j): the certified slack of the truncation (module docstring)
+    # sensitivity τ_j + G(τ_j): the certified slack of the truncation (module docstring), added exactly and rounded
+    # up (a grid of tau_base = 7.1 has τ = 2541.1680999999994, whose float sum with G is below the exact one: the run
+    # proved 2·10⁻¹⁸ more than ε/L where λ lay just above a power of two)
     snaps = tuple(
-        snapping_calibration(float(s.tau) + _trunc.gap_bound(float(s.tau)), share, integer=False, what="an R2T run")
+        snapping_calibration(binary_at_least(Fraction(float(s.tau)) + Fraction(_trunc.gap_bound(float(s.tau)))), share,
+                             integer=False, what="an R2T run")
         for s in sched
     )
     return sched, snaps
