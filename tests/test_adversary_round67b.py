@@ -373,3 +373,27 @@ def test_an_r2t_run_proves_at_most_its_share() -> None:
             proven = t * Fraction(1025, 1024) / Fraction(lam) + Fraction(2) ** -45 * (Fraction(bound) / Fraction(lam) + 2)
             assert proven <= share, (e, s.tau)
         e = math.nextafter(e, 0.0)
+
+
+# ----------------------------------------------------------------------------- DP-S4S at q = 1: each run within its slot
+
+
+def test_an_unsampled_dp_s4s_run_proves_at_most_its_slot() -> None:
+    """Was: at q = 1 a run's lambda = tau / (target / (1 + g)) came from float divisions only, and at epsilon =
+    67.60498046875014, Delta = 100, tau_base 3 the run at tau = 27 (lambda two ulps above 2, no slack left in the
+    snapping term) proved its slot epsilon'_i (1 + 1.04e-16); the runs' sum stayed within epsilon only by the other
+    runs' slack (as close as 4e-19 relative on a scan). Each run is now checked in exact arithmetic."""
+    from dpsql.mechanisms import s4s as s4s_mod
+
+    e = 67.60498046875014
+    for _ in range(30):
+        steps = s4s_mod._s4s_steps(e, 100, 1.0, 0.1, 3.0, False, None)
+        total = Fraction(0)
+        for st in steps:
+            t = Fraction(st.tau)
+            lam = Fraction(st.snap_lambda)
+            proven = t * Fraction(1025, 1024) / lam + Fraction(2) ** -45 * (Fraction(st.snap_bound) / lam + 2)
+            assert proven <= Fraction(st.epsilon_prime), (e, st.tau)
+            total += proven
+        assert total <= Fraction(e)
+        e = math.nextafter(e, 0.0)
