@@ -9,6 +9,15 @@
   1.3e-15 more than epsilon2 (epsilon2 = 8.007812500000226 in the example). The sensitivity is now an upper bound on
   the exact norm of the float weights (``_dawa_greedyh.measured_l1_bound``: the float sum's rounding bounded
   above), which raises lambda by at most levels * 2^-52 relative; the pre-charge check uses the same bound.
+* Leak (fixed, ulp level): an R2T run was calibrated for the float sum fl(tau + G) of its threshold and the
+  truncation's certified slack G = tau 2^-10, below the exact sum for some thresholds (tau_base 7.1: tau = 7.1^4),
+  so a run whose lambda lay just above a power of two proved its share epsilon/L (1 + 2.2e-18) (558 such
+  (epsilon, base, GS) points on a scan; the runs' total stayed within epsilon). The sum is now rounded up.
+* Leak (fixed, ulp level): at q = 1 a DP-S4S run's lambda came from float divisions only, so a run whose lambda lay
+  just above a power of two proved its slot epsilon'_i (1 + 1.04e-16) (epsilon = 67.60498046875014, Delta = 100,
+  tau_base 3); the runs' sum stayed within epsilon only by the other runs' slack (4e-19 relative at the closest).
+  Each unsampled run is now checked against its slot in exact arithmetic (sampled runs already were, jointly,
+  with a margin).
 
 Held (each recomputed here by a route that shares no code with dpsql): the sparse histogram's (sigma, tau*) with
 extra columns (AVG, VARIANCE, CORR; J = 2..6 columns, C_u in {1, 3, 7}, k in {1, 2, 3}) meet Theorem 5.4 at 40
