@@ -551,9 +551,9 @@ def dawa_precheck(n: int, epsilon: float, *, ratio: float = 0.25, sensitivity: f
     levels = int(np.ceil(np.log2(nn))) + 2 if nn > 1 else 1
     from dpsql.noise import snapping_calibration
 
-    # the run's sensitivity (measured_l1_bound, at most this many levels: the run's noise is no larger)
+    # at least the run's sensitivity (measured_l1_bound of a float norm within a few ulps of 1, over fewer levels)
     snapping_calibration(
-        measured_l1_bound(sens, 1.0, levels), eps2, coordinates=int(np.ceil(sens)) * levels, integer=True,
+        measured_l1_bound(sens, 1.0, levels + 4), eps2, coordinates=int(np.ceil(sens)) * levels, integer=True,
         what="the DAWA measurement", max_bound=stage2_max_bound(nn),
     )
     if staged and nn > 1:
