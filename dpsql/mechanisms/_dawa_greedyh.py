@@ -34,10 +34,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
+from dpsql.budget import binary_at_least
 from dpsql.errors import ConfigError
 from dpsql.noise import INT_BOUND, NoiseSource, snapping_calibration
 
@@ -46,6 +48,19 @@ from dpsql.noise import INT_BOUND, NoiseSource, snapping_calibration
 ANSWER_NOISE_MAX_WORK = 5e8
 #: the largest strategy (groups x levels) a synopsis stores for its answers' noise (a few MB of JSON)
 STORED_STRATEGY_MAX = 2e6
+
+
+def measured_l1_bound(sensitivity: float, column_norm: float, levels: int) -> float:
+    """The L1 sensitivity the measurement is calibrated for: ``sensitivity`` (k records) times an upper bound on the
+    exact ‖A‖₁ of the float weights, rounded up. ``column_norm`` is the largest column norm as
+    :meth:`HierarchicalStrategy.column_norms` adds it in floats (``levels`` nonnegative weights added in order, each
+    addition rounded to nearest), so every exact column norm is at most ``column_norm``·(1 − 2⁻⁵³)^-(levels − 1)
+    <= ``column_norm``·(1 + levels·2⁻⁵²). The weights of a path sum to 1 only in exact arithmetic: their floats
+    (e.g. p = 0.89, 0.94, 0.2) add up to 1.0 in floats and to 1 + 1.6·10⁻¹⁶ exactly, and the snapped Laplace
+    calibrated for a sensitivity of exactly k proved up to 1.3·10⁻¹⁵ more than epsilon2 where λ lay just above a
+    power of two. The bound raises λ by at most levels·2⁻⁵² relative."""
+    norm = Fraction(max(1.0, float(column_norm))) * (1 + Fraction(max(1, int(levels)), 2**52))
+    return binary_at_least(Fraction(float(sensitivity)) * norm)
 
 
 def stage2_max_bound(n: int) -> float:
@@ -439,13 +454,14 @@ class HierarchicalStrategy:
 
         One record moves one bucket total by 1, hence at most one measured row per level: one
         unit (k records) changes at most N = min(rows, ceil(k) * levels) rows, by
-        k * ||A||_1 in L1 norm. lambda is calibrated so that k ||A||_1 / lambda +
+        k * ||A||_1 in L1 norm (the exact norm of the float weights, bounded above by
+        :func:`measured_l1_bound`). lambda is calibrated so that k ||A||_1 / lambda +
         N 2^-45 (B/lambda + 2) <= epsilon2; B keeps every answer in int64 (:func:`stage2_max_bound`).
         """
         eps2 = float(epsilon2)
         if not np.isfinite(eps2) or eps2 <= 0:
             raise ConfigError("epsilon2 must be > 0")
-        l1 = float(sensitivity) * max(1.0, self.l1_sensitivity())
+        l1 = measured_l1_bound(sensitivity, self.l1_sensitivity(), len(self.levels))
         n_rows = max(1, min(self.n_measurements, int(np.ceil(float(sensitivity))) * len(self.levels)))
         lam, grid, bound = snapping_calibration(
             l1, eps2, coordinates=n_rows, integer=True, what="the DAWA measurement",

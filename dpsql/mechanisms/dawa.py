@@ -34,7 +34,8 @@ L1 sensitivity k ‖A‖₁ <= k).
 * Floating point (``dpsql.noise``). Stage 2 is Mironov's snapping mechanism on every measured
   row (clamp to a public B, Laplace, round to the power-of-two grid Lambda >= lambda, clamp):
   one unit changes at most N = min(rows, ceil(k) * levels) rows (one per level per record) by
-  k ||A||_1 in L1 norm, and lambda is raised so that the proven loss
+  k ||A||_1 in L1 norm (||A||_1 the exact norm of the float weights, bounded above by
+  :func:`measured_l1_bound`: their float sum is not), and lambda is raised so that the proven loss
   k ||A||_1 / lambda + N 2^-45 (B/lambda + 2) equals at most epsilon2 (B <= 2^62/(buckets+1), so
   every answer stays in int64: :func:`stage2_max_bound`). Stage 1 releases nothing but its choice, so it needs the
   report-noisy-min argument above to survive floating point rather than snapping (snapping
@@ -135,6 +136,7 @@ from dpsql.mechanisms._dawa_greedyh import (
     IntervalWorkload,
     as_workload,
     greedy_h,
+    measured_l1_bound,
     stage2_max_bound,
     strategy_from_splits,
 )
@@ -549,9 +551,10 @@ def dawa_precheck(n: int, epsilon: float, *, ratio: float = 0.25, sensitivity: f
     levels = int(np.ceil(np.log2(nn))) + 2 if nn > 1 else 1
     from dpsql.noise import snapping_calibration
 
+    # at least the run's sensitivity (measured_l1_bound of a float norm within a few ulps of 1, over fewer levels)
     snapping_calibration(
-        sens, eps2, coordinates=int(np.ceil(sens)) * levels, integer=True, what="the DAWA measurement",
-        max_bound=stage2_max_bound(nn),
+        measured_l1_bound(sens, 1.0, levels + 4), eps2, coordinates=int(np.ceil(sens)) * levels, integer=True,
+        what="the DAWA measurement", max_bound=stage2_max_bound(nn),
     )
     if staged and nn > 1:
         stage1_float_calibration(np.asarray([4.0 * sens / eps1]), 4 * nn * levels, eps1, records=int(np.ceil(sens)))

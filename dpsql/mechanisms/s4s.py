@@ -83,7 +83,7 @@ clamp). A snapped kernel satisfies K(y|v) ≤ exp(|v − v′|/λ + ξ) K(y|v′
 sample is (ε′(τ/λ, τ, Δ, q) + ξ)-DP. The certified slack G of the truncation acts the same way:
 the released value moves by at most min(τ, |S_u|) + G, so every term gains at most e^{G/λ}.
 λ_i is calibrated so that ε′(τ_i/λ_i, τ_i, Δ, q) + G(τ_i)/λ_i + ξ_i ≤ ε′_i of the schedule
-(bisection on the monotone left side; q = 1: (τ_i + G_i)/λ_i = ε′_i − ξ_i), keeping Σ ≤ ε.
+(bisection on the monotone left side; q = 1: (τ_i + G_i)/λ_i = ε′_i − ξ_i, checked in exact arithmetic), keeping Σ ≤ ε.
 R2T's runs use λ_j with (τ_j + G_j)/λ_j + ξ_j ≤ ε/L. The schedule's nominal scales τ/ε (and the biases)
 are kept in the results; the scales actually used are ``snap_lambda`` / ``snap_lambdas``.
 
@@ -585,6 +585,14 @@ def _snapped(tau: float, eps_i: float, eps_prime: float, delta: int, q: float) -
         raise ConfigError("epsilon is too small for DP-S4S's floating-point noise", hint="use a larger epsilon")
     lam = tau / eps_l
     grid, bound = snapping_grid(lam, k, integer=False, what=what)
+    if q == 1.0:
+        # the run alone, in exact arithmetic: (τ + G)/λ + ξ ≤ ε′_i. The float divisions above can leave it a few ulps
+        # above (τ = 27, ε = 67.60498046875014, Δ = 100, base 3: λ two ulps above 2, where ξ's bound has no slack,
+        # proved ε′_i·(1 + 1.0·10⁻¹⁶)); for q < 1 the joint check's margin covers them (:func:`_jointly_within`)
+        sens = Fraction(tau) + Fraction(_trunc.gap_bound(tau))
+        while sens / Fraction(lam) + Fraction(2) ** -45 * (Fraction(bound) / Fraction(lam) + 2) > Fraction(eps_prime):
+            lam = math.nextafter(lam, math.inf)
+            grid, bound = snapping_grid(lam, k, integer=False, what=what)
     return lam, grid, bound
 
 
@@ -722,9 +730,12 @@ def r2t_calibration(
     public quantities only (raises :class:`ConfigError` when ε is too small for the noise)."""
     sched = tuple(r2t_schedule(e, gs, beta, base))
     share = share_of(e, len(sched))
-    # sensitivity τ_j + G(τ_j): the certified slack of the truncation (module docstring)
+    # sensitivity τ_j + G(τ_j): the certified slack of the truncation (module docstring), added exactly and rounded
+    # up (a grid of tau_base = 7.1 has τ = 2541.1680999999994, whose float sum with G is below the exact one: the run
+    # proved 2·10⁻¹⁸ more than ε/L where λ lay just above a power of two)
     snaps = tuple(
-        snapping_calibration(float(s.tau) + _trunc.gap_bound(float(s.tau)), share, integer=False, what="an R2T run")
+        snapping_calibration(binary_at_least(Fraction(float(s.tau)) + Fraction(_trunc.gap_bound(float(s.tau)))), share,
+                             integer=False, what="an R2T run")
         for s in sched
     )
     return sched, snaps
