@@ -590,9 +590,14 @@ def _snapped(tau: float, eps_i: float, eps_prime: float, delta: int, q: float) -
         # above (τ = 27, ε = 67.60498046875014, Δ = 100, base 3: λ two ulps above 2, where ξ's bound has no slack,
         # proved ε′_i·(1 + 1.0·10⁻¹⁶)); for q < 1 the joint check's margin covers them (:func:`_jointly_within`)
         sens = Fraction(tau) + Fraction(_trunc.gap_bound(tau))
-        while sens / Fraction(lam) + Fraction(2) ** -45 * (Fraction(bound) / Fraction(lam) + 2) > Fraction(eps_prime):
+        for _ in range(64):  # (a few ulps at most: the float calibration is within 10^-15 relative)
+            if sens / Fraction(lam) + Fraction(2) ** -45 * (Fraction(bound) / Fraction(lam) + 2) <= Fraction(eps_prime):
+                break
             lam = math.nextafter(lam, math.inf)
             grid, bound = snapping_grid(lam, k, integer=False, what=what)
+        else:  # pragma: no cover - never seen: refused rather than run above its slot
+            raise ConfigError("DP-S4S's noise scale could not be proven within its share of epsilon",
+                              hint="use a slightly different epsilon")
     return lam, grid, bound
 
 
