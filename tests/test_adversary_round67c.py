@@ -10,6 +10,8 @@ the charge, naming the functions and the fix."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import duckdb
 import pyarrow as pa
 import pytest
@@ -110,5 +112,204 @@ def test_a_shadowing_macro_dropped_again_lets_the_same_session_answer() -> None:
         con.execute("DROP MACRO least")
         assert s.query(SUM, epsilon=1.0).table.to_pylist() == [{"s": 19.0, "n": 10}]
         assert s.history().num_rows == 1
+    finally:
+        s.close()
+
+
+# -- a signal's handler of the program that raises (a SIGALRM time-out), which dpsql does not hold back -------------
+
+
+class _Alarm(Exception):
+    """What an ETL script's SIGALRM handler raises to time a call out."""
+
+
+def _plain_session(**engine: Any) -> dpsql.Session:
+    s = dpsql.Session(budget=dpsql.Budget(100.0, 1e-3), engine=engine or None)
+    use_noise(s, zero_noise())
+    s.register("t", pa.table({"u": list(range(10)), "x": [1.0] * 10}), privacy_unit="u",
+               columns={"x": {"bounds": (0, 10)}})
+    return s
+
+
+def test_a_handlers_exception_as_the_time_out_timer_starts_leaves_no_timer_running(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Was: the program's exception landing in the statement time-out's ``Timer.start()`` (between starting the thread
+    and the ``try`` that stops it) left the timer running: once the time-out passed it interrupted the connection every
+    10 ms for ever, and every later query failed after its charge. Now the timer is stopped whatever lands where."""
+    import threading
+
+    s = _plain_session(statement_timeout=0.2)
+    real = threading.Timer
+    raised: list[bool] = []
+
+    class _Interrupted(real):  # type: ignore[misc, valid-type]
+        def start(self) -> None:
+            super().start()
+            if not raised:
+                raised.append(True)
+                raise _Alarm("the program's time-out")
+
+    try:
+        monkeypatch.setattr(threading, "Timer", _Interrupted)
+        with pytest.raises(dpsql.errors.ExecutionError, match="charge stands"):  # (cut short after its charge)
+            s.query(SUM, epsilon=1.0)
+        assert raised
+        monkeypatch.setattr(threading, "Timer", real)
+        import time
+
+        time.sleep(0.4)  # past the time-out of the timer started above
+        for _ in range(3):
+            assert s.query(SUM, epsilon=1.0).table.to_pylist() == [{"s": 10.0, "n": 10}]
+        assert [r["status"] for r in s.history().to_pylist()] == ["failed", "released", "released", "released"]
+    finally:
+        s.close()
+
+
+def test_a_handlers_exception_while_the_sql_is_tokenized_is_raised_as_it_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Was: sqlglot's tokenizer wraps any exception of its scan in a TokenError, so the program's time-out raised by its
+    SIGALRM handler while a valid query was tokenized came out as 'SQL syntax error: the SQL cannot be split into
+    tokens' (the program's exception lost). Now the handler's own exception comes out; nothing is charged."""
+    from sqlglot import tokenizer_core
+
+    s = _plain_session()
+    real = tokenizer_core.TokenizerCore._scan_number
+    calls: list[int] = []
+
+    def handler_lands_here(self: Any) -> Any:  # the handler runs in the thread it interrupts: here, in the scan
+        calls.append(1)
+        if len(calls) == 1:
+            raise _Alarm("the program's time-out")
+        return real(self)
+
+    try:
+        monkeypatch.setattr(tokenizer_core.TokenizerCore, "_scan_number", handler_lands_here)
+        sql = "SELECT [x] AS k, var_samp(x) FROM t WHERE x > 1 GROUP BY [x]"
+        s.register("t", pa.table({"u": list(range(10)), "x": [2.0] * 10}), privacy_unit="u",
+                   columns={"x": {"bounds": (0, 10), "domain": [2.0]}})
+        with pytest.raises(_Alarm):
+            s.query(sql, epsilon=1.0)
+        assert s.remaining() == dpsql.Budget(100.0, 1e-3)
+        # the same text is read afresh (its tokens were remembered as none: T-SQL's [x] then failed to parse, for free,
+        # as long as the process ran, and output names written from the tokens changed)
+        assert s.query(sql, epsilon=1.0).table.column_names == ["k", "var_samp(x)"]
+        # control: a real syntax error is still one
+        with pytest.raises(dpsql.errors.SQLSyntaxError, match="SQL syntax error"):
+            s.query("SELECT COUNT(*) AS n FROM t WHERE x = 'open", epsilon=1.0)
+    finally:
+        s.close()
+
+
+class _CommitCutShort:
+    """The in-memory ledger's connection, whose next COMMIT a signal's handler cuts short as DuckDB's client does: the
+    statement raises ``RuntimeError('Query interrupted')`` and the transaction stays open."""
+
+    def __init__(self, con: Any) -> None:
+        self.con, self.armed = con, True
+
+    def execute(self, sql: str, *args: Any) -> Any:
+        if sql == "COMMIT" and self.armed:
+            self.armed = False
+            raise RuntimeError("Query interrupted")
+        return self.con.execute(sql, *args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.con, name)
+
+
+@pytest.mark.parametrize("cut", ["reserve", "release"])
+def test_an_interrupted_commit_of_the_in_memory_ledger_leaves_it_usable(cut: str) -> None:
+    """Was: a COMMIT of the in-memory ledger cut short by a signal's handler (a SIGALRM time-out) left its one connection
+    inside the transaction: every later operation failed, 'cannot start a transaction within a transaction', then
+    'Current transaction is aborted', each called a bug in dpsql. Now the transaction is rolled back (nothing of it
+    recorded) and the interrupt is a KeyboardInterrupt, as a ledger file's; the ledger goes on."""
+    s = _plain_session()
+    led: Any = s.ledger
+    try:
+        if cut == "release":  # the charge is recorded, the release's COMMIT is cut: the entry stays reserved
+            real = led.commit
+
+            def commit(*a: Any, **k: Any) -> Any:
+                led._mem = _CommitCutShort(led._mem)
+                return real(*a, **k)
+
+            led.commit = commit
+        else:
+            led._mem = _CommitCutShort(led._mem)
+        with pytest.raises(KeyboardInterrupt):
+            s.query(SUM, epsilon=1.0)
+        led._mem = getattr(led._mem, "con", led._mem)
+        led.__dict__.pop("commit", None)
+        statuses = [r["status"] for r in s.history().to_pylist()]
+        assert statuses == ([] if cut == "reserve" else ["reserved"])
+        assert s.remaining() == dpsql.Budget(100.0 - len(statuses), 1e-3)
+        assert s.query(SUM, epsilon=1.0).table.to_pylist() == [{"s": 10.0, "n": 10}]
+    finally:
+        s.close()
+
+
+class _BeginThenAlarm(_CommitCutShort):
+    """The ledger's connection, where the program's handler raises right as BEGIN returns (the transaction begun)."""
+
+    def execute(self, sql: str, *args: Any) -> Any:
+        out = self.con.execute(sql, *args)
+        if sql == "BEGIN TRANSACTION" and self.armed:
+            self.armed = False
+            raise _Alarm("the program's time-out")
+        return out
+
+
+def test_a_handlers_exception_right_after_the_in_memory_ledgers_begin_leaves_it_usable() -> None:
+    """Was: the exception landing between BEGIN and the try that rolls back left the transaction open, and every later
+    operation of the ledger failed ('cannot start a transaction within a transaction', called a bug). Now nothing is
+    charged and the ledger goes on."""
+    s = _plain_session()
+    led: Any = s.ledger
+    try:
+        led._mem = _BeginThenAlarm(led._mem)
+        with pytest.raises(_Alarm):
+            s.query(SUM, epsilon=1.0)
+        led._mem = led._mem.con
+        assert s.remaining() == dpsql.Budget(100.0, 1e-3) and s.history().num_rows == 0
+        assert s.query(SUM, epsilon=1.0).table.to_pylist() == [{"s": 10.0, "n": 10}]
+    finally:
+        s.close()
+
+
+class _ExitRaisesOnce:
+    """The Session's condition, where the program's handler raises as a ``with`` block over it ends (its lock given
+    back, the block's count already taken)."""
+
+    def __init__(self, cond: Any, when: int) -> None:
+        self.cond, self.when, self.n = cond, when, 0
+
+    def __enter__(self) -> Any:
+        return self.cond.__enter__()
+
+    def __exit__(self, *exc: Any) -> Any:
+        out = self.cond.__exit__(*exc)
+        self.n += 1
+        if self.n == self.when and exc[0] is None:
+            raise _Alarm("the program's time-out")
+        return out
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.cond, name)
+
+
+@pytest.mark.parametrize("when", [1, 2])  # 1: as the request took its count; 2: inside giving it back
+def test_a_handlers_exception_at_a_step_of_the_sessions_count_of_requests_leaves_it_usable(when: int) -> None:
+    """Was: a request's count, taken with ``+=`` before the try that gives it back, stayed taken when the program's
+    handler raised right after (the Session then refused every later call of the thread, 'called inside its own
+    request', and ``close`` waited for ever), and one raised inside giving it back gave it back twice (a negative
+    count that a later registration waited on for ever). Now each request is one entry, added and removed by one step."""
+    s = _plain_session()
+    lock: Any = s._catalog_lock
+    try:
+        lock._cond = _ExitRaisesOnce(lock._cond, when)
+        with pytest.raises((_Alarm, dpsql.errors.ExecutionError)):
+            s.query(SUM, epsilon=1.0)
+        lock._cond = lock._cond.cond
+        assert (lock._readers, lock._writers, lock._holders, lock._writing) == (0, 0, {}, False)
+        assert s.query(SUM, epsilon=1.0).table.to_pylist() == [{"s": 10.0, "n": 10}]
+        s.register("t", pa.table({"u": [1, 2], "x": [1.0, 2.0]}), privacy_unit="u", columns={"x": {"bounds": (0, 10)}})
     finally:
         s.close()

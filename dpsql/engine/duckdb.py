@@ -1026,8 +1026,11 @@ class DuckDBBackend:
 
         timer = threading.Timer(limit, fire)
         timer.daemon = True
-        timer.start()
         try:
+            # inside the try: a signal's handler that raises while the timer starts (a SIGALRM time-out of the program,
+            # which is not held back) left it running with nothing to stop it: it interrupted every later statement of
+            # the connection, each later query failing after its charge
+            timer.start()
             yield
         finally:
             self._until = None
