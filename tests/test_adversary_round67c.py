@@ -313,3 +313,71 @@ def test_a_handlers_exception_at_a_step_of_the_sessions_count_of_requests_leaves
         s.register("t", pa.table({"u": [1, 2], "x": [1.0, 2.0]}), privacy_unit="u", columns={"x": {"bounds": (0, 10)}})
     finally:
         s.close()
+
+
+# -- a DuckDB table of the caller's connection whose name comes to mean another table ----------------------------
+
+
+def _duck(con: duckdb.DuckDBPyConnection, name: str = "t") -> dpsql.Session:
+    s = dpsql.Session(budget=dpsql.Budget(100.0, 1e-3), connection=con)
+    use_noise(s, zero_noise())
+    s.register("t", name, privacy_unit="u", columns={"x": {"bounds": (0, 10)}})
+    return s
+
+
+CHANGES = [
+    "CREATE SCHEMA s2; CREATE TABLE s2.t AS SELECT i AS u, 5.0 AS x FROM range(20) r(i); SET search_path = 's2'",
+    "CREATE TEMP TABLE t AS SELECT i AS u, 5.0 AS x FROM range(20) r(i)",
+]
+
+
+@pytest.mark.parametrize("change", CHANGES, ids=["search_path", "temp_table"])
+def test_a_registered_duckdb_table_name_that_now_reads_another_table_is_refused_for_free(change: str) -> None:
+    """Was: a DuckDB table registered by name was read by that name at every query, so a ``SET search_path`` or a TEMP
+    table of that name made since (an ETL step's staging copy: DuckDB reads TEMP first) had the same columns checked and
+    was read in its place, without a word. Now refused before the charge, naming both tables and the fix."""
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t AS SELECT i AS u, 1.0 AS x FROM range(10) r(i)")
+    s = _duck(con)
+    try:
+        assert s.query(SUM, epsilon=1.0).table.to_pylist() == [{"s": 10.0, "n": 10}]
+        con.execute(change)
+        with pytest.raises(ConfigError, match=r"now reads .*\.t where it read memory\.main\.t") as info:
+            s.query(SUM, epsilon=1.0)
+        assert "register 't' again" in str(info.value.hint)
+        assert s.history().num_rows == 1
+        s.register("t", "t", privacy_unit="u", columns={"x": {"bounds": (0, 10)}})  # the fix: it reads the new one
+        assert s.query(SUM, epsilon=1.0).table.to_pylist() == [{"s": 100.0, "n": 20}]
+    finally:
+        s.close()
+
+
+def test_a_registered_view_redefined_to_read_another_table_is_refused_for_free() -> None:
+    con = duckdb.connect()
+    con.execute("CREATE TABLE a AS SELECT i AS u, 1.0 AS x FROM range(10) r(i); "
+                "CREATE TABLE b AS SELECT i AS u, 5.0 AS x FROM range(20) r(i); CREATE VIEW v AS SELECT u, x FROM a")
+    s = _duck(con, "v")
+    try:
+        con.execute("CREATE OR REPLACE VIEW v AS SELECT u, x FROM b")
+        with pytest.raises(ConfigError, match=r"now reads memory\.main\.b where it read memory\.main\.a"):
+            s.query(SUM, epsilon=1.0)
+        assert s.remaining() == dpsql.Budget(100.0, 1e-3)
+    finally:
+        s.close()
+
+
+def test_control_a_table_recreated_under_its_name_or_registered_qualified_is_read() -> None:
+    """Negative control: fresh rows under the same name (DROP and CREATE, an ETL job's reload) are read, as before; a
+    table registered as 'memory.main.t' is that table whatever TEMP table or search_path comes later."""
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t AS SELECT i AS u, 1.0 AS x FROM range(10) r(i)")
+    s = _duck(con)
+    q = _duck(con, "memory.main.t")
+    try:
+        con.execute("DROP TABLE t; CREATE TABLE t AS SELECT i AS u, 2.0 AS x FROM range(10) r(i)")
+        assert s.query(SUM, epsilon=1.0).table.to_pylist() == [{"s": 20.0, "n": 10}]
+        con.execute(CHANGES[1])
+        assert q.query(SUM, epsilon=1.0).table.to_pylist() == [{"s": 20.0, "n": 10}]
+    finally:
+        s.close()
+        q.close()
