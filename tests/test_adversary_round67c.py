@@ -40,6 +40,10 @@ SHADOWS = [
     ("CREATE MACRO count(x) AS 1", "count"),
     ("CREATE SCHEMA s2; CREATE MACRO s2.ln(x) AS 7; SET search_path = 's2,main'", "ln"),
     ("ATTACH ':memory:' AS other; CREATE MACRO other.main.hash(x) AS 1; USE other", "hash"),
+    # the check's own reads: a macro that would hide the owner's others, or the connection's settings
+    ("CREATE MACRO least(a, b) AS a; CREATE MACRO duckdb_functions() AS TABLE SELECT 'x' AS function_name, "
+     "true AS internal, 'system' AS database_name, NULL AS extension_name", "duckdb_functions"),
+    ("CREATE MACRO current_setting(x) AS NULL", "current_setting"),
 ]
 
 

@@ -1679,7 +1679,7 @@ def _binary_text_columns(schema: pa.Schema, relation: str) -> exp.Select:
 #: Python function registered with ``con.create_function`` lands as one more overload
 #: (no filter: at a caller's ``logging_level = 'TRACE'`` DuckDB's logger records a filter's adaptive order; NULLs for the rest)
 _FUNCTIONS = ("SELECT list(CASE WHEN NOT internal THEN function_name END), list(CASE WHEN database_name = 'system' "
-              "THEN CASE WHEN extension_name IS NULL THEN function_name END END) FROM duckdb_functions()")
+              "THEN CASE WHEN extension_name IS NULL THEN function_name END END) FROM system.main.duckdb_functions()")
 
 
 @functools.cache
