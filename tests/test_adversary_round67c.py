@@ -385,3 +385,44 @@ def test_control_a_table_recreated_under_its_name_or_registered_qualified_is_rea
     finally:
         s.close()
         q.close()
+
+
+# -- warnings made errors by the program -------------------------------------------------------------------------
+
+
+def test_a_recorded_release_whose_checkpoint_fails_is_returned_under_warnings_as_errors(tmp_path: Any) -> None:
+    """Was: a release recorded in the ledger's write-ahead log whose CHECKPOINT then failed (a full disk) is returned
+    with a warning; a program running with warnings as errors (``python -W error``, ``simplefilter("error")``, common in
+    test suites and strict jobs) got that warning raised instead, after the charge, and the answer paid for and recorded
+    as released was discarded. Now the answer is returned, the warning's text in ``Release.warnings``."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = '''
+import json, os, resource, signal, sys, warnings
+import dpsql
+from dpsql.ledger import _store
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+s = dpsql.Session(ledger=sys.argv[1], create=True, budget=dpsql.Budget(1.0, 1e-6))
+import pyarrow as pa
+s.register("t", pa.table({"user_id": list(range(50))}), privacy_unit="user_id")
+calls = []
+def full_disk(path):
+    calls.append(path)
+    if len(calls) == 2:  # the release's (the charge's was the first)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+_store._HOOKS["before_checkpoint"] = full_disk
+warnings.simplefilter("error")
+r = s.query("SELECT COUNT(*) AS n FROM t", epsilon=0.5)
+print(json.dumps({"rows": r.table.num_rows, "warnings": r.warnings, "calls": len(calls)}))
+'''
+    env = {k: v for k, v in __import__("os").environ.items() if k != "PYTHONWARNINGS"}
+    env["PYTHONPATH"] = str(Path(dpsql.__file__).parents[1])
+    path = tmp_path / "ledger.duckdb"
+    p = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, text=True, timeout=60, env=env)
+    assert p.returncode == 0, p.stderr[-2000:]
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    assert got["calls"] == 2 and got["rows"] == 1
+    assert any("write-ahead log" in w and "the answer is returned" in w for w in got["warnings"]), got
