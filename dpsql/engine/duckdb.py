@@ -1491,7 +1491,8 @@ class DuckDBBackend:
                     "SELECT current_setting('log_query_path'), current_setting('lock_configuration'), "
                     "current_setting('enable_external_access'), " + _LIMIT_BYTES[len("SELECT "):]
                     + ", current_setting('enable_profiling')").fetchall()[0]
-                functions = self._functions(profiling)
+                # (a connection whose settings are locked is refused below: its profiler is left alone)
+                functions = self._functions(None if str(locked).lower() == "true" else profiling)
             except _BUSY:
                 failure = _busy_refusal()
             except duckdb.ConnectionException:  # closed by the caller (ROLLBACK cannot help)
