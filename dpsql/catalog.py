@@ -1458,23 +1458,7 @@ def check_sources_unchanged(catalog: Mapping[str, TableSpec], tables: Iterable[s
                 "exists); nothing was charged",
                 hint=f"register '{name}' again (Session.register) so that its policy and types match the table",
             )
-        planned = getattr(engine, "read_plan", None)
-        scanned: list[str] | None = None
-        if planned is not None:
-            found, scanned = planned(view)
-        else:
-            found = _engine_hook(engine, "reading_scans", name, "what its DuckDB table now reads")(view)
-        was = getattr(engine, "tables_read", lambda _v: None)(spec.view)
-        if scanned is not None and was is not None and scanned != was and not found:
-            # a search_path set since, a TEMP table of that name (DuckDB reads it first), a view redefined to read
-            # another table: the same columns and types, but not the table the owner registered
-            raise ConfigError(
-                f"table '{name}': its name in the DuckDB connection now reads {', '.join(scanned) or 'no table'} where "
-                f"it read {', '.join(was) or 'no table'} when it was registered (a search_path or TEMP table set since, "
-                "or a view redefined); nothing was charged",
-                hint=f"register '{name}' again (Session.register) to read what it reads now, or give the connection its "
-                "former state (registering 'db.schema.table' names the table whatever the search_path)",
-            )
+        found = _engine_hook(engine, "reading_scans", name, "what its DuckDB table now reads")(view)
         if found:
             raise ConfigError(
                 f"table '{name}': its DuckDB table now reads {', '.join(found)} (not a DuckDB table but a Python object "

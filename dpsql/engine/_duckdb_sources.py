@@ -492,27 +492,6 @@ def reading_scans(plan_json: str) -> list[str]:
     return found
 
 
-def scanned_tables(plan_json: str) -> list[str]:
-    """The DuckDB tables a plan (``EXPLAIN (FORMAT JSON)``) scans, each as DuckDB names it there, with its database and
-    schema (``memory.main.t``): what a name the owner registered, or the views under it, resolve to now."""
-    import json
-
-    found: set[str] = set()
-    todo: list[Any] = [json.loads(plan_json)]
-    while todo:
-        node = todo.pop()
-        if isinstance(node, list):
-            todo.extend(node)
-            continue
-        if not isinstance(node, dict):
-            continue
-        info = node.get("extra_info")
-        if isinstance(info, dict) and isinstance(info.get("Table"), str):
-            found.add(info["Table"])
-        todo.extend(node.get("children") or [])
-    return sorted(found)
-
-
 def _duck_plan(t: Any, where: str, cap: int | None, depth: int = 0, list_cap: int | None = None,
                inside: bool = False) -> Rebuild | None:
     """The SQL that reads a column of a DuckDB type (a ``DuckDBPyType``) totally, or None.

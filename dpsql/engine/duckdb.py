@@ -80,7 +80,6 @@ from dpsql.engine._duckdb_sources import (
     parquet_format,
     parquet_schema,
     reading_scans,
-    scanned_tables,
     view_computations,
 )
 from dpsql.engine.base import (
@@ -341,7 +340,6 @@ class DuckDBBackend:
         self._views: set[tuple[str, str]] = set()
         self._native: dict[str, native.NativeSource] = {}  # Parquet sources DuckDB's reader may read
         self._texts: dict[str, list[tuple[str, int]]] = {}  # view -> (column, its text values) (_text_columns_read)
-        self._tables_read: dict[str, list[str]] = {}  # view -> the DuckDB tables it scanned at registration (duckdb sources)
         self._limit_bytes: int | None = None  # the memory_limit the threads were found under (_read_threads)
         self._builds = 0  # native views built: each joins a flags table of its own name
         self._csv: dict[str, csvcopy.CsvSource] = {}  # CSV sources, read from the engine's copies
@@ -491,8 +489,6 @@ class DuckDBBackend:
                     else:  # pragma: no cover
                         raise ConfigError(f"unknown source kind {kind!r}")
                     self._con.execute(self._render(_temp_view(view, sel)))
-                    if kind == "duckdb":  # what the name resolves to now (a later search_path or TEMP table may change it)
-                        self._tables_read[view] = self.read_plan(exp.select("*").from_(exp.to_table(view, quoted=True)))[1]
                 if kind == "csv":  # its schema is its header and declared types: the view is bound once
                     rows = self._csv_schema(name, source, types)
                 else:
@@ -758,27 +754,17 @@ class DuckDBBackend:
     def reading_scans(self, ast: exp.Expression) -> list[str]:
         """The operators of ``ast``'s plan that read anything but DuckDB's own tables and the values a query makes
         itself (:func:`reading_scans`, an allow-list); the plan only, no row is read."""
-        return self.read_plan(ast)[0]
-
-    def read_plan(self, ast: exp.Expression) -> tuple[list[str], list[str]]:
-        """:meth:`reading_scans` of ``ast``'s plan, and the DuckDB tables it scans (:func:`scanned_tables`)."""
         with self._lock:
             try:
                 plans = self._con.sql("EXPLAIN (FORMAT JSON) " + self._render(ast)).fetchall()
             except _BUSY:
                 raise _busy_refusal() from None
-        return (sorted({s for row in plans for s in reading_scans(str(row[1]))}),  # every plan explain_output shows
-                sorted({t for row in plans for t in scanned_tables(str(row[1]))}))
-
-    def tables_read(self, view: str) -> list[str] | None:
-        """The DuckDB tables a DuckDB-table source's ``view`` scanned when it was registered (None: not such a source)."""
-        return self._tables_read.get(view)
+        return sorted({s for row in plans for s in reading_scans(str(row[1]))})  # every plan explain_output shows
 
     def unregister_source(self, name: str, kind: str, view: str | None = None) -> None:
         view = view or source_name(name)
         self._views.discard((view, kind))
         self._texts.pop(view, None)
-        self._tables_read.pop(view, None)
         nsrc = self._native.pop(view, None)
         self._datasets.pop(view, None)
         self._csv_headers.pop(view, None)
