@@ -1273,11 +1273,34 @@ class CatalogLock:
     def __init__(self) -> None:
         self._pid = os.getpid()
         self._cond = threading.Condition()
-        self._readers = 0
-        self._writers = 0  # waiting or active
-        self._writing = False
-        self._holders: dict[int, int] = {}  # thread id -> how many requests it holds
-        self._writer: int | None = None  # the thread registering or closing
+        # each request and registration is one entry, added and removed by one step each, so that an exception that a
+        # signal's handler raises at any step (a SIGALRM time-out of the program's, which is not held back as Ctrl-C is)
+        # leaves it either taken or not, and giving it back twice changes nothing: counts taken with ``+=`` were left
+        # taken (the thread refused as inside its own request for ever, every later request of it refused) or given
+        # back twice (a negative count that a registration or ``close`` waited on for ever)
+        self._reads: dict[object, int] = {}  # request -> its thread
+        self._writes: dict[object, int] = {}  # registration or close, waiting or active -> its thread
+        self._active: object | None = None  # the registration or close running
+
+    # (read by tests: the counts as they were kept)
+    @property
+    def _readers(self) -> int:
+        return len(self._reads)
+
+    @property
+    def _writers(self) -> int:
+        return len(self._writes)
+
+    @property
+    def _writing(self) -> bool:
+        return self._active is not None
+
+    @property
+    def _holders(self) -> dict[int, int]:
+        out: dict[int, int] = {}
+        for thread in list(self._reads.values()):
+            out[thread] = out.get(thread, 0) + 1
+        return out
 
     def _mine(self) -> threading.Condition:
         if self._pid != os.getpid():
@@ -1286,22 +1309,18 @@ class CatalogLock:
 
     def _refuse_inside(self) -> None:
         me = threading.get_ident()
-        if self._writer == me or me in self._holders:
+        active = self._active
+        if (active is not None and self._writes.get(active) == me) or me in list(self._reads.values()):
             raise ConfigError(
                 "a Session was called inside its own request or registration in the same thread (e.g. by a signal handler "
                 "that interrupted a query): it would wait for that request, which waits for it",
                 hint="in a signal handler, raise an exception instead (e.g. sys.exit()) and close the Session once the "
                 "query has unwound (a with block does)")
 
-    def _hold(self, by: int) -> None:
-        me = threading.get_ident()
-        self._holders[me] = self._holders.get(me, 0) + by
-        if not self._holders[me]:
-            del self._holders[me]
-
     # Ctrl-C between taking a count and the try that gives it back (or inside giving it back) left the count taken:
     # the thread was refused as inside its own request for ever, and ``close`` waited for ever. Counts are taken
-    # and given back with Ctrl-C held back in the main thread (raised where it waits, or once the count is safe).
+    # and given back with Ctrl-C held back in the main thread (raised where it waits, or once the count is safe), and
+    # taken inside the try that gives them back (other signals' handlers are not held back).
     def _wait(self) -> None:
         self._cond.wait(0.05)
         interruption_point()
@@ -1313,55 +1332,51 @@ class CatalogLock:
                 give_back()
                 done = True
         finally:
-            if not done:  # Ctrl-C before it was held back
+            if not done:  # Ctrl-C before it was held back (or another signal's handler raised): once more, as it changes nothing twice
                 give_back()
 
-    def _leave_reading(self) -> None:
+    def _leave_reading(self, me: object) -> None:
         with self._mine():
-            self._readers -= 1
-            self._hold(-1)
+            self._reads.pop(me, None)
             self._cond.notify_all()
 
-    def _leave_writing(self) -> None:
+    def _leave_writing(self, me: object) -> None:
         with self._mine():
-            self._writing, self._writer = False, None
-            self._writers -= 1
+            if self._active is me:
+                self._active = None
+            self._writes.pop(me, None)
             self._cond.notify_all()
 
     @contextmanager
     def reading(self) -> Iterator[None]:
+        me = object()
         with HeldInterrupt() as held:
-            with self._mine():
-                self._refuse_inside()
-                while self._writers:
-                    self._wait()
-                self._readers += 1
-                self._hold(1)
             try:
+                with self._mine():
+                    self._refuse_inside()
+                    while self._writes:
+                        self._wait()
+                    self._reads[me] = threading.get_ident()
                 held.__exit__()  # a Ctrl-C held back is raised here
                 yield
             finally:
-                self._given_back(self._leave_reading)
+                self._given_back(lambda: self._leave_reading(me))
 
     @contextmanager
     def writing(self) -> Iterator[None]:
+        me = object()
         with HeldInterrupt() as held:
-            with self._mine():
-                self._refuse_inside()
-                self._writers += 1
-                try:
-                    while self._writing or self._readers:
-                        self._wait()
-                except BaseException:
-                    self._writers -= 1
-                    self._cond.notify_all()
-                    raise
-                self._writing, self._writer = True, threading.get_ident()
             try:
+                with self._mine():
+                    self._refuse_inside()
+                    self._writes[me] = threading.get_ident()
+                    while self._active is not None or self._reads:
+                        self._wait()
+                    self._active = me
                 held.__exit__()  # a Ctrl-C held back is raised here
                 yield
             finally:
-                self._given_back(self._leave_writing)
+                self._given_back(lambda: self._leave_writing(me))
 
 
 def _engine_hook(engine: Any, hook: str, table: str, what: str) -> Any:

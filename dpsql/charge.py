@@ -53,8 +53,16 @@ def record_release(ledger: Ledger, entry: int, commit: dict[str, Any], answer: A
         ledger.commit(entry, **commit)
     except DPSQLError as e:
         if isinstance(e, LedgerError) and e.recorded:
-            warnings.warn(f"{e.message}; the answer is returned. Keep the write-ahead log next to the ledger: the next "
-                          "dpsql operation writes it into the ledger file, or says what blocks it", stacklevel=4)
+            text = (f"{e.message}; the answer is returned. Keep the write-ahead log next to the ledger: the next dpsql "
+                    "operation writes it into the ledger file, or says what blocks it")
+            try:
+                warnings.warn(text, stacklevel=4)
+            except Warning:
+                # the program makes warnings errors (python -W error, warnings.simplefilter("error")): raised here, it
+                # discarded the answer paid for and recorded as released; it is returned, the warning in its warnings
+                kept = getattr(answer, "warnings", None)
+                if isinstance(kept, list):
+                    kept.append(text)
             return
         e.exit_code = CHARGED_EXIT_CODE
         if "is not returned" not in e.message:  # the ledger's words are about its entry: the answer's fate too

@@ -36,6 +36,7 @@ Privacy claims of this module (threat model: docs/threat_model.md):
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import re
@@ -45,6 +46,7 @@ import string
 import threading
 import time
 import weakref
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -1024,8 +1026,11 @@ class DuckDBBackend:
 
         timer = threading.Timer(limit, fire)
         timer.daemon = True
-        timer.start()
         try:
+            # inside the try: a signal's handler that raises while the timer starts (a SIGALRM time-out of the program,
+            # which is not held back) left it running with nothing to stop it: it interrupted every later statement of
+            # the connection, each later query failing after its charge
+            timer.start()
             yield
         finally:
             self._until = None
@@ -1468,9 +1473,12 @@ class DuckDBBackend:
         failure: ConfigError | None = None
         with self._lock:
             try:
-                log, locked, external, limit = self._con.sql(  # a relation's own result, never another call's
+                log, locked, external, limit, profiling = self._con.sql(  # a relation's own result, never another call's
                     "SELECT current_setting('log_query_path'), current_setting('lock_configuration'), "
-                    "current_setting('enable_external_access'), " + _LIMIT_BYTES[len("SELECT "):]).fetchall()[0]
+                    "current_setting('enable_external_access'), " + _LIMIT_BYTES[len("SELECT "):]
+                    + ", current_setting('enable_profiling')").fetchall()[0]
+                # (a connection whose settings are locked is refused below: its profiler is left alone)
+                functions = self._functions(None if str(locked).lower() == "true" else profiling)
             except _BUSY:
                 failure = _busy_refusal()
             except duckdb.ConnectionException:  # closed by the caller (ROLLBACK cannot help)
@@ -1485,6 +1493,7 @@ class DuckDBBackend:
         if failure is not None:
             raise failure
         _refuse_query_log(log)
+        _refuse_shadowed_functions(*functions)
         self._threads = self._read_threads(limit)  # the caller may have changed their memory_limit since
         blocked = [f"{name} = {value}" for name, value, bad in (("lock_configuration", "true", str(locked).lower() == "true"),
                                                                 ("enable_external_access", "false", str(external).lower() == "false"))
@@ -1496,6 +1505,19 @@ class DuckDBBackend:
                 hint="open the connection without these settings while dpsql queries it, or let dpsql open its own "
                      "connection",
             )
+
+    def _functions(self, profiling: Any) -> tuple[Any, Any]:
+        """The caller's connection's functions that :func:`_refuse_shadowed_functions` checks (a statement of its own:
+        a subquery of ``check_connection``'s went past the nesting limits callers set), never shown by the caller's
+        profiler (its plan is no one's data, but printed at every query)."""
+        if profiling is not None:
+            self._con.execute("RESET enable_profiling")
+        try:
+            macros, core = self._con.sql(_FUNCTIONS).fetchall()[0]
+        finally:
+            if profiling is not None:
+                self._con.execute(f"SET enable_profiling = {_sql_str(str(profiling))}")
+        return macros, core
 
     def bind_check(self, ast: exp.Expression, *, run: bool = False) -> None:
         """Bind (type-check) a query without reading any row; refuse it for free if it fails.
@@ -1637,6 +1659,51 @@ def _binary_text_columns(schema: pa.Schema, relation: str) -> exp.Select:
             col = exp.Collate(this=col, expression=exp.to_identifier("binary", quoted=True))
         items.append(exp.alias_(col, f.name, quoted=True))
     return exp.select(*items).from_(exp.to_table(relation, quoted=True))
+
+
+#: the functions of a caller's connection that could stand in for DuckDB's own (:func:`_refuse_shadowed_functions`):
+#: the owner's macros (in any schema of any attached database), and the built-in catalog's core functions, where a
+#: Python function registered with ``con.create_function`` lands as one more overload
+#: (no filter: at a caller's ``logging_level = 'TRACE'`` DuckDB's logger records a filter's adaptive order; NULLs for the rest)
+_FUNCTIONS = ("SELECT list(CASE WHEN NOT internal THEN function_name END), list(CASE WHEN database_name = 'system' "
+              "THEN CASE WHEN extension_name IS NULL THEN function_name END END) FROM system.main.duckdb_functions()")
+
+
+@functools.cache
+def _builtin_functions() -> tuple[frozenset[str], Counter[str]]:
+    """DuckDB's own functions, as a fresh connection of this process has them: every name (lower case), and how
+    many overloads each core function has (the second list of :data:`_FUNCTIONS`)."""
+    con = duckdb.connect()
+    try:
+        rows = con.sql("SELECT function_name, database_name = 'system' AND extension_name IS NULL "
+                       "FROM duckdb_functions() WHERE internal").fetchall()
+    finally:
+        con.close()
+    return frozenset(str(n).lower() for n, _ in rows), Counter(str(n) for n, core in rows if core)
+
+
+def _refuse_shadowed_functions(macros: list[str] | None, core: list[str] | None) -> None:
+    """A caller's connection on which a name of DuckDB's own functions calls the owner's code: a macro
+    (``CREATE MACRO least(a, b) AS a``, also TEMP, in another schema or attached database; DuckDB looks a name up in
+    the user's schemas before its built-ins, operators such as ``+`` included) or a Python function registered under
+    such a name (``con.create_function("least", ...)``, an overload that wins for its argument types). dpsql's
+    bounded query clamps values and caps each person's rows with these functions (``LEAST``, ``GREATEST``, ``HASH``,
+    ``COUNT``, ...), and the analyst's allow-listed functions have their bounds derived from DuckDB's meaning: a
+    ``least`` that returned its first argument released a SUM of one person's unclamped value. Refused, for free, naming
+    the functions (the owner's own names, no value)."""
+    names, overloads = _builtin_functions()
+    found = sorted({str(m) for m in macros or () if m is not None and str(m).lower() in names}
+                   | {n for n, c in Counter(str(n) for n in core or () if n is not None).items()
+                      if n.lower() in names and c > overloads[n]})
+    if found:
+        raise ConfigError(
+            f"the DuckDB connection defines functions named like DuckDB's own ({', '.join(map(repr, found))}): dpsql's "
+            "private queries would call them in place of DuckDB's (its bounding of each person's contribution among "
+            "them), so the connection cannot answer privately; nothing was charged",
+            hint="drop or rename these macros (DROP MACRO name) and register Python functions under names of their "
+                 "own (con.remove_function(name) removes DuckDB's function of that name too: open a new connection), "
+                 "or give this Session a connection without them (or none: dpsql opens its own)",
+        )
 
 
 def _refuse_query_log(path: Any) -> None:

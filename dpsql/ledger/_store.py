@@ -1465,8 +1465,9 @@ class Ledger:
             if con is None:
                 raise LedgerError("this in-memory ledger is closed", hint="create a new one")
             try:
-                con.execute("BEGIN TRANSACTION")
                 try:
+                    # inside the try: a signal's handler that raises as BEGIN returns left the transaction open
+                    con.execute("BEGIN TRANSACTION")
                     if not creating:
                         self._check_schema(con)
                     yield con
@@ -1474,8 +1475,19 @@ class Ledger:
                 except BaseException:
                     _rollback(con)
                     raise
-                con.execute("COMMIT")
+                try:
+                    con.execute("COMMIT")
+                except BaseException:
+                    # a signal's handler that is not held back (a SIGALRM time-out's exception) cuts the COMMIT short
+                    # (DuckDB's 'Query interrupted') with the transaction still open: the ledger's one connection then
+                    # refused every later operation ('cannot start a transaction within a transaction')
+                    _rollback(con)
+                    raise
                 self._noted(t)
+            except RuntimeError as e:
+                if interrupted_by_signal(e):  # as a ledger file's: a KeyboardInterrupt, as anywhere else
+                    raise KeyboardInterrupt from None
+                raise
             except duckdb.Error as e:
                 raise LedgerError(
                     f"in-memory ledger: DuckDB failed ({type(e).__name__}: {e}); {t.unchanged}",
@@ -2388,6 +2400,13 @@ def _rollback(con: duckdb.DuckDBPyConnection) -> None:
         con.execute("ROLLBACK")
     except duckdb.Error:
         pass
+    except RuntimeError as e:  # cut short by a signal's handler: once more (the in-memory ledger keeps its connection)
+        if not interrupted_by_signal(e):
+            raise
+        try:
+            con.execute("ROLLBACK")
+        except (duckdb.Error, RuntimeError):
+            pass
 
 
 def _sql_str(s: str) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import os
 import re
 from functools import lru_cache
 
@@ -26,6 +27,23 @@ _TOKEN_REPR = re.compile(r"<Token token_type: TokenType\.(\w+), text: (.*?), lin
 
 
 @lru_cache(maxsize=64)
+
+def _raised_outside_sqlglot(e: BaseException) -> BaseException | None:
+    """The exception a signal's handler of the program raised while sqlglot's tokenizer ran (a SIGALRM time-out), which
+    the tokenizer wraps, as any exception of its scan, in a TokenError: the valid query was called 'SQL syntax error:
+    the SQL cannot be split into tokens' and the program's exception lost. Known by the frame it was raised in, the
+    handler's own, outside sqlglot (also where it came through unwrapped); None for the tokenizer's own errors."""
+    cause = e if not isinstance(e, sqlglot.errors.SqlglotError) else e.__cause__
+    if cause is None or isinstance(cause, sqlglot.errors.SqlglotError):
+        return None
+    tb = cause.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None:
+        return None
+    where = os.path.abspath(tb.tb_frame.f_code.co_filename)
+    return None if where.startswith(os.path.dirname(os.path.abspath(sqlglot.__file__)) + os.sep) else cause
+
 def _line_starts(sql: str) -> tuple[int, ...]:
     return (0, *(i + 1 for i, ch in enumerate(sql) if ch == "\n"))
 
@@ -52,7 +70,10 @@ def tokens(sql: str) -> tuple[Token, ...]:
     """The tokens of ``sql`` (empty if it does not tokenize)."""
     try:
         return tuple(sqlglot.tokenize(sql, read=DIALECT))
-    except Exception:  # pragma: no cover - parse errors are reported elsewhere
+    except Exception as e:  # parse errors are reported elsewhere
+        foreign = _raised_outside_sqlglot(e)
+        if foreign is not None:  # (a signal's handler: never remembered as the text's tokens, none)
+            raise foreign from None
         return ()
 
 
@@ -551,6 +572,9 @@ def parse_statements(sql: str) -> list[exp.Expression]:
             hint="check the SQL near the highlighted fragment",
         ) from None
     except sqlglot.errors.TokenError as e:
+        foreign = _raised_outside_sqlglot(e)
+        if foreign is not None:
+            raise foreign from None
         found = unclosed(sql)
         if found is None:  # (the tokenizer's text quotes the SQL around where it stopped, line breaks and all)
             near = str(e).removeprefix("Error tokenizing ")
