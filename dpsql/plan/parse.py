@@ -26,8 +26,6 @@ _QUERY_STARTS = {"SELECT", "FROM", "WITH", "VALUES", "("}
 _TOKEN_REPR = re.compile(r"<Token token_type: TokenType\.(\w+), text: (.*?), line: \d+, col: \d+, start: \d+, end: \d+, comments: \[.*?\]>")
 
 
-@lru_cache(maxsize=64)
-
 def _raised_outside_sqlglot(e: BaseException) -> BaseException | None:
     """The exception a signal's handler of the program raised while sqlglot's tokenizer ran (a SIGALRM time-out), which
     the tokenizer wraps, as any exception of its scan, in a TokenError: the valid query was called 'SQL syntax error:
@@ -44,6 +42,8 @@ def _raised_outside_sqlglot(e: BaseException) -> BaseException | None:
     where = os.path.abspath(tb.tb_frame.f_code.co_filename)
     return None if where.startswith(os.path.dirname(os.path.abspath(sqlglot.__file__)) + os.sep) else cause
 
+
+@lru_cache(maxsize=64)
 def _line_starts(sql: str) -> tuple[int, ...]:
     return (0, *(i + 1 for i, ch in enumerate(sql) if ch == "\n"))
 
