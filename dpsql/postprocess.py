@@ -653,8 +653,9 @@ def _check_on_keys(backend: _Runs, plan: ir.QueryPlan, aggregate_types: dict[str
                 "count such rows (its keys are then released above a noisy threshold)")
     if plan.aggregates and plan.offset:
         # the release has at most one row per key the conditions on the keys alone keep (all of them without such
-        # conditions): an OFFSET skipping that many leaves no row whatever the data, as LIMIT 0 does
-        most = rows if kept else n
+        # conditions; those a QUALIFY on the keys alone keeps of them): an OFFSET skipping that many leaves no row
+        # whatever the data, as LIMIT 0 does
+        most = rows if kept or qualify else n
         if plan.offset >= most:
             raise UnsupportedQueryError(
                 f"OFFSET {plan.offset} skips every row of the release, which has at most {most} (one per public key the "

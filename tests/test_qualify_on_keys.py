@@ -107,3 +107,15 @@ def test_over_a_grouped_join_too() -> None:
         assert _charges(s) == 0
         r = s.query(q + "1", epsilon=1.0, delta=1e-6)
         assert r.table.column(0).to_pylist() == ["SHIP"] and _charges(s) == 1
+
+
+def test_an_offset_past_the_keys_a_qualify_keeps_is_refused_for_free(session: Any) -> None:
+    """The QUALIFY keeps two of the three declared keys: OFFSET 2 leaves no row whatever the data (refused for free),
+    OFFSET 1 one row (answered)."""
+    q = "SELECT k, COUNT(*) AS n FROM t GROUP BY k QUALIFY row_number() OVER (ORDER BY k) > 1 ORDER BY k OFFSET "
+    before = _charges(session)
+    with pytest.raises(errors.UnsupportedQueryError, match="OFFSET 2 skips every row"):
+        session.query(q + "2", epsilon=1.0, delta=1e-6)
+    assert _charges(session) == before
+    r = session.query(q + "1", epsilon=1.0, delta=1e-6)
+    assert r.table.column("k").to_pylist() == ["c"] and _charges(session) == before + 1
