@@ -253,7 +253,7 @@ def test_an_arrow_relation_that_hides_a_registered_table_afterwards_is_refused_f
         else:
             con.register("arrow_src", arrow)
             con.execute("CREATE OR REPLACE TEMP VIEW base AS SELECT * FROM arrow_src")
-        with pytest.raises(ConfigError, match="now reads") as e:
+        with pytest.raises(ConfigError, match="now reads|now resolves") as e:
             s.query("SELECT COUNT(*) AS n FROM t WHERE lower(note) = 'ok1'", epsilon=1.0)
         assert s.remaining() == spent  # nothing charged
         outcomes.append(str(e.value))

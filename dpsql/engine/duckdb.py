@@ -338,6 +338,9 @@ class DuckDBBackend:
         self._pid = os.getpid()  # the process that opened the engine: in any other (a forked child) it refuses use
         _ENGINES.add(self)
         self._views: set[tuple[str, str]] = set()
+        #: view -> (table name, source as given, how DuckDB resolved its name at registration) of a caller's DuckDB
+        #: table named without its database and schema (:meth:`_resolution`)
+        self._resolved: dict[str, tuple[str, str, tuple[Any, ...]]] = {}
         self._native: dict[str, native.NativeSource] = {}  # Parquet sources DuckDB's reader may read
         self._texts: dict[str, list[tuple[str, int]]] = {}  # view -> (column, its text values) (_text_columns_read)
         self._limit_bytes: int | None = None  # the memory_limit the threads were found under (_read_threads)
@@ -729,7 +732,39 @@ class DuckDBBackend:
                 f"SELECT * FROM {source})",
             )
         self._warn_computed_view(name, source)
+        if not rel.catalog:  # (a name read through the search path: which table it is may change, _check_resolved)
+            self._resolved[source_name(name)] = (name, source, self._resolution(rel.name))
         return self._capped_select(name, rel)
+
+    def _resolution(self, table: str, state: tuple[Any, ...] | None = None) -> tuple[Any, ...]:
+        """What decides which table a name without its database reads (metadata only, never a row): the current
+        database and schema, the search path, and whether a TEMP table or view has that name (DuckDB reads TEMP
+        first). ``state``: :meth:`_resolution_state`, read once for several names. (Run under ``self._lock``.)"""
+        db, schema, path, temp = state if state is not None else self._resolution_state()
+        return db, schema, path, table.lower() in temp
+
+    def _resolution_state(self) -> tuple[Any, ...]:
+        row = self._con.sql(
+            "SELECT current_database(), current_schema(), current_setting('search_path'), "
+            "list(CASE WHEN database_name = 'temp' THEN lower(table_name) END) FROM duckdb_tables()").fetchall()[0]
+        views = self._con.sql("SELECT list(CASE WHEN database_name = 'temp' THEN lower(view_name) END) "
+                              "FROM duckdb_views()").fetchall()[0][0]
+        return (*row[:3], frozenset(str(t) for t in [*(row[3] or ()), *(views or ())] if t is not None))
+
+    def _check_resolved(self) -> None:
+        """Refuse, for free, a request on a caller's DuckDB table registered by a name without its database whose
+        resolution changed since (a ``SET search_path``, ``USE``, or a TEMP table or view of that name, which DuckDB
+        reads first): the name would read another table than the one registered, silently. (Run under
+        ``self._lock``.)"""
+        state = self._resolution_state() if self._resolved else None
+        for name, source, then in list(self._resolved.values()):
+            if self._resolution(exp.to_table(source).name, state) != then:
+                raise ConfigError(
+                    f"table '{name}': the Session's connection now resolves '{source}' differently from when it was "
+                    "registered (its search path, current database or schema, or a TEMP table or view of that name "
+                    "changed), so it could read another table; nothing was charged",
+                    hint=f"register the table by its full name (register('{name}', '{then[0]}.{then[1]}.{exp.to_table(source).name}', "
+                         "...) for the table registered), or register it again after the change")
 
     def _warn_computed_view(self, name: str, source: str) -> None:
         """Warn the owner (of their own view's definition: no row is read) where ``source`` is a view that computes
@@ -764,6 +799,7 @@ class DuckDBBackend:
     def unregister_source(self, name: str, kind: str, view: str | None = None) -> None:
         view = view or source_name(name)
         self._views.discard((view, kind))
+        self._resolved.pop(view, None)
         self._texts.pop(view, None)
         nsrc = self._native.pop(view, None)
         self._datasets.pop(view, None)
@@ -1514,6 +1550,7 @@ class DuckDBBackend:
             self._con.execute("RESET enable_profiling")
         try:
             macros, core = self._con.sql(_FUNCTIONS).fetchall()[0]
+            self._check_resolved()  # (the same: metadata statements, out of the caller's profiler)
         finally:
             if profiling is not None:
                 self._con.execute(f"SET enable_profiling = {_sql_str(str(profiling))}")
