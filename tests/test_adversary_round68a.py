@@ -100,6 +100,19 @@ def test_a_parenthesised_condition_on_the_key_filters_the_declared_keys(env: Any
         assert [r["i"] for r in ask(s, f"SELECT i FROM t WHERE {where} GROUP BY i")] == [19, 20], where
 
 
+def test_a_qualify_on_the_keys_sees_a_parenthesised_key_condition(env: Any) -> None:
+    """Was: with the parentheses, the key 'a' that `g <> 'a'` excludes was released (a noisy 0), so `QUALIFY
+    ROW_NUMBER() OVER (ORDER BY g) > 2` released 'c' and 'dd' where the same query without the parentheses (and SQL)
+    releases 'dd' alone, and `> 3` was charged for 'dd' where the query without them is refused for free (the keys
+    the WHERE keeps are 'b', 'c', 'dd': none is fourth). Now both spellings give one answer."""
+    s, _ = env
+    for where in ("g <> 'a' AND x > 0", "(g <> 'a' AND x > 0)"):
+        with pytest.raises(UnsupportedQueryError, match="keep no declared key"):
+            ask(s, f"SELECT g, COUNT(*) AS n FROM t WHERE {where} GROUP BY g QUALIFY ROW_NUMBER() OVER (ORDER BY g) > 3")
+        assert [r["g"] for r in ask(s, f"SELECT g, COUNT(*) AS n FROM t WHERE {where} GROUP BY g "
+                                       "QUALIFY ROW_NUMBER() OVER (ORDER BY g) > 2")] == ["dd"]
+
+
 def test_a_having_that_is_never_true_is_still_refused(env: Any) -> None:
     """Control: a HAVING the query itself writes, with a constant conjunct that is not true, is refused for free."""
     s, _ = env
