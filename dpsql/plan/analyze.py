@@ -911,7 +911,10 @@ class _Builder:
             return None
         key_cols = {k.expr.name.lower() for k in self.keys if isinstance(k.expr, exp.Column)}
         kept: list[exp.Expression] = []
-        for c in where.flatten() if isinstance(where, exp.And) else [where]:
+        # the conjuncts through parentheses too, as the refusal of a constant one reads them: `(1 = 0 AND k > 3)` keeps
+        # `k > 3` only, as `1 = 0 AND k > 3` does (the whole group, moved to the HAVING, was refused as a HAVING that
+        # is never true, quoting its typed rendering, where the same WHERE without the parentheses released zeros)
+        for c in _conjuncts(where):
             cols = [x.name.lower() for x in c.find_all(exp.Column)]
             if not cols or any(x not in key_cols for x in cols) or any(is_aggregate(n) for n in c.walk()):
                 continue
