@@ -179,37 +179,36 @@ def test_the_calibration_and_the_charge_are_the_same_on_both_engines(sessions: A
     assert spent[0] == spent[1]
 
 
-def _caller(shadow: str) -> Any:
+def _caller(shadow: str, schema: str) -> Any:
     """A new session of the process's SparkSession with a function named like Spark's LEAST/GREATEST that returns
     its first argument: a Python UDF, a SQL temporary function, or a persistent one with the session's SQL PATH
     putting its schema first."""
     from dpsql.engine.spark import spark_session
 
     caller = spark_session().newSession()
-    if shadow == "udf":
+    if shadow == "udf":  # (resolved before Spark's own in the caller's session)
+        caller.conf.set("spark.sql.functionResolution.sessionOrder", "first")
         caller.udf.register("least", lambda a, b: a, "double")
         caller.udf.register("greatest", lambda a, b: a, "double")
     elif shadow == "temporary":
         for f in ("least", "greatest"):
             caller.sql(f"CREATE TEMPORARY FUNCTION {f}(a DOUBLE, b DOUBLE) RETURNS DOUBLE RETURN a")
     else:
-        caller.sql("CREATE DATABASE IF NOT EXISTS adv_shadow")
-        for f in ("least", "greatest"):
-            caller.sql(f"CREATE OR REPLACE FUNCTION adv_shadow.{f}(a DOUBLE, b DOUBLE) RETURNS DOUBLE RETURN a")
         caller.conf.set("spark.sql.path.enabled", "true")
-        caller.sql("SET PATH = spark_catalog.adv_shadow, system.builtin, system.session")
+        caller.sql(f"SET PATH = {schema}, system.builtin, system.session")
     return caller
 
 
 @pytest.mark.parametrize("shadow", ["udf", "temporary", "path"])
-def test_a_callers_spark_functions_named_like_sparks_own_do_not_reach_the_bounding(shadow: str) -> None:
+def test_a_callers_spark_functions_named_like_sparks_own_do_not_reach_the_bounding(shadow_schema: str,
+                                                                                    shadow: str) -> None:
     """The DuckDB engine refuses a caller's connection with a macro or Python function named like one of DuckDB's
     own (DuckDB called it in dpsql's bounding). The Spark engine works in ``newSession()`` of the caller's session,
     which has none of its temporary functions, UDFs or SQL PATH, and Spark 4 resolves an unqualified name to its
     built-in function before a session's: one person's 1e6 is clamped to the declared bound 2 on Spark as on
     DuckDB."""
-    caller = _caller(shadow)
-    if shadow == "path":  # (the caller's own session does call the persistent function in place of Spark's)
+    caller = _caller(shadow, shadow_schema)
+    if shadow != "temporary":  # (the caller's own session does call its function in place of Spark's)
         assert caller.sql("SELECT least(5D, 1D) AS y").collect()[0]["y"] == 5.0
     s = dpsql.Session(budget=dpsql.Budget(1e6, 0.9), engine={"kind": "spark"}, spark=caller)
     try:
@@ -221,9 +220,6 @@ def test_a_callers_spark_functions_named_like_sparks_own_do_not_reach_the_boundi
         assert r.table.column("r").to_pylist() == [pytest.approx(2.0 + 599.0)]
     finally:
         s.close()
-        if shadow == "path":
-            for f in ("least", "greatest"):
-                caller.sql(f"DROP FUNCTION IF EXISTS adv_shadow.{f}")
 
 
 REMAINDERS = [
@@ -267,3 +263,56 @@ def test_a_qualify_over_a_grouped_joins_date_range_that_keeps_a_day_releases_it(
     """Negative control: one more day kept (row 1 096) is released, the same on both engines, and charged."""
     kind, rows = _same_on_both(sessions, _DAYS + " QUALIFY row_number() OVER (ORDER BY l_shipdate) > 1095")
     assert kind == "released" and [r["d"] for r in rows] == [datetime.date(1994, 12, 31)]
+
+
+@pytest.fixture(scope="module")
+def shadow_schema(tmp_path_factory: Any) -> Any:
+    """A persistent schema of the process's Spark catalog with SQL functions ``least`` and ``greatest`` that return
+    their first argument (dropped afterwards)."""
+    from dpsql.engine.spark import spark_session
+
+    base = spark_session()
+    where = tmp_path_factory.mktemp("shadow")
+    base.sql(f"CREATE DATABASE IF NOT EXISTS dpsql_shadow LOCATION '{where}'")
+    for f in ("least", "greatest"):
+        base.sql(f"CREATE OR REPLACE FUNCTION dpsql_shadow.{f}(a DOUBLE, b DOUBLE) RETURNS DOUBLE RETURN a")
+    yield "spark_catalog.dpsql_shadow"
+    for f in ("least", "greatest"):
+        base.sql(f"DROP FUNCTION IF EXISTS dpsql_shadow.{f}")
+    base.sql("DROP DATABASE IF EXISTS dpsql_shadow")
+
+
+def _shadowed(own: Any, how: str, schema: str) -> None:
+    if how == "set path":
+        own.conf.set("spark.sql.path.enabled", "true")
+        own.sql(f"SET PATH = {schema}, system.builtin, system.session")
+    elif how == "default path":
+        own.conf.set("spark.sql.path.enabled", "true")
+        own.conf.set("spark.sql.defaultPath", f"{schema}, system.builtin, system.session")
+    else:  # a temporary function resolved before the built-in ones
+        own.conf.set("spark.sql.functionResolution.sessionOrder", "first")
+        own.udf.register("least", lambda a, b: a, "double")
+
+
+@pytest.mark.parametrize("how", ["set path", "default path", "session first"])
+def test_dpsqls_own_spark_session_resolves_functions_to_sparks_own(shadow_schema: str, how: str) -> None:
+    """dpsql's own Spark session (``SparkBackend.spark``, whose planning settings are set back before every read) took
+    a SQL PATH naming a schema first (``SET PATH``, or ``spark.sql.defaultPath``), or a temporary function resolved
+    before the built-in ones (``spark.sql.functionResolution.sessionOrder = first``, a Python UDF ``least``): Spark then called that schema's
+    ``least`` in place of its own inside the bounding, as a caller's DuckDB macro did before that connection was
+    refused (a ``least`` returning its first argument failed the bounded query after its charge here, one person's 1e6
+    unclamped). Now the PATH is off, the default path empty and the session's functions after the built-in ones, set
+    back before every read: the value is clamped to the declared bound 2."""
+    from dpsql.testing import use_noise, zero_noise
+
+    s = dpsql.Session(budget=dpsql.Budget(1e6, 0.9), engine={"kind": "spark"})
+    try:
+        use_noise(s, zero_noise(3))
+        s.register("t", _people(), privacy_unit="uid", max_rows_per_unit=1, columns={"big": {"bounds": (0, 2)}})
+        own = s._engine.spark  # type: ignore[attr-defined]
+        _shadowed(own, how, shadow_schema)
+        assert own.sql("SELECT least(5D, 1D) AS y").collect()[0]["y"] == 5.0  # (the shadow is in force)
+        r = s.query("SELECT SUM(big) AS r FROM t", epsilon=1.0)
+        assert r.table.column("r").to_pylist() == [pytest.approx(2.0 + 599.0)]
+    finally:
+        s.close()
