@@ -630,6 +630,8 @@ def _check_on_keys(backend: _Runs, plan: ir.QueryPlan, aggregate_types: dict[str
             marks = [k.listed for k in plan.keys]
             which = "declared" if not any(marks) else "listed" if all(marks) else "listed or declared"
             if plan.join is not None and any(k.domain is None and not k.listed for k in plan.keys):
+                which = "public"  # (a grouped join's key set read from public tables' rows or a DATE range's days)
+            if plan.join is not None and not qualify and any(k.domain is None and not k.listed for k in plan.keys):
                 # a grouped join's key set read from public tables' rows or a DATE range's days (every key released)
                 raise UnsupportedQueryError(
                     f"the conditions on the GROUP BY keys (in WHERE, or in HAVING alone) exclude every public key "

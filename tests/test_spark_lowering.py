@@ -121,7 +121,7 @@ def test_duckdb_output_is_unchanged_by_the_spark_path() -> None:
 def test_literal_counts_and_divisors_are_kept(where: str, spelled: str) -> None:
     """The typer spells a literal divisor as ``CAST(7 AS BIGINT)`` and a literal count as a clamped
     ``LEAST(GREATEST(CAST(2 AS BIGINT), ..), ..)``: both are constants the lowering reads (they were
-    refused as "% on DOUBLE" and "a count that is not a positive literal")."""
+    refused as "% on DOUBLE or FLOAT" and "a count that is not a positive literal")."""
     sql = spark_sql(f"SELECT COUNT(*) FROM events WHERE {where}")
     assert spelled.replace(" ", "").lower() in sql.replace(" ", "").replace("`", "").lower(), sql
 

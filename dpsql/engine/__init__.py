@@ -129,7 +129,7 @@ class PublicReads:
 def public_key_domain(r: Any, backend: ExecutionBackend, catalog: Any) -> Any:
     """The keys a route releases when they are public, for post-processing's check before the charge: declared (the
     calibration's ``key_domain``), or read from public tables only (``PublicReads``; ``public_key_set``: a grouped
-    join's key set read at run time, when the query's HAVING or OFFSET may drop keys); None otherwise."""
+    join's key set read at run time, when the query's HAVING, QUALIFY or OFFSET may drop keys); None otherwise."""
     domain = r.mechanism.key_domain(r.calibration)
     if domain is None and hasattr(r.mechanism, "public_key_set"):
         domain = r.mechanism.public_key_set(r.calibration, PublicReads(backend, catalog), r.request.plan)

@@ -166,6 +166,12 @@ PLAN_CONF = {
     "spark.sql.files.ignoreMissingFiles": "false",
     # the vectorized reader reads a wide DECIMAL of an atomic table as DECIMAL(38, s) (``SparkBackend._widened_from``)
     "spark.sql.parquet.enableVectorizedReader": "true",
+    # an unqualified function name is Spark's own: no SQL PATH (a ``SET PATH`` or ``spark.sql.defaultPath`` naming a
+    # schema first made its persistent ``least`` stand in for the bounding's LEAST, as a caller's DuckDB macro does),
+    # and a session's temporary functions and UDFs after the built-in ones
+    "spark.sql.path.enabled": "false",
+    "spark.sql.defaultPath": "",
+    "spark.sql.functionResolution.sessionOrder": "second",
 }
 
 _QUIET_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger", "py4j", "py4j.java_gateway",

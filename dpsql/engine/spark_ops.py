@@ -673,7 +673,7 @@ def _lower_node(node: exp.Expression) -> exp.Expression:
             # the typer's integer remainder by a literal other than 0 and -1: it cannot fail, and
             # Spark's sign convention is DuckDB's (the dividend's)
             return node
-        raise _refuse(node, "% on DOUBLE")
+        raise _refuse(node, "% on DOUBLE or FLOAT")
     if isinstance(node, exp.Collate):
         coll = node.expression
         if isinstance(coll, (exp.Identifier, exp.Var, exp.Column)) and coll.name.lower() == "binary":

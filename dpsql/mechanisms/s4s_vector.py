@@ -1046,10 +1046,10 @@ class VectorJoinMechanism:
     def public_key_set(self, cal: VectorCalibration, engine: Any, plan: ir.QueryPlan) -> pa.Table | None:
         """Before the charge, for post-processing's check of the keys (``key_domain`` for a key set read at run time):
         the keys of a set read from public tables or a declared DATE range (the WHERE's conditions on their columns
-        applied), when the query's HAVING (``plan``'s) may drop some or its OFFSET skip some (at most 100 000 keys;
-        public rows only). With it a HAVING on the keys alone that keeps none of them, or an OFFSET at or beyond their
-        number, is refused for free, as over a declared domain."""
-        if cal.d is not None or (plan.having is None and not plan.offset):
+        applied), when the query's HAVING or QUALIFY (``plan``'s) may drop some or its OFFSET skip some (at most 100 000
+        keys; public rows only). With it a HAVING or a QUALIFY on the keys alone that keeps none of them, or an OFFSET
+        at or beyond their number, is refused for free, as over a declared domain."""
+        if cal.d is not None or (plan.having is None and plan.qualify is None and not plan.offset):
             return None
         sizes = engine.fetch_arrow(key_set_sizes(cal.jp, cal.catalog), what="the public key set")
         if not 0 < math.prod(int(sizes.column(i)[0].as_py()) for i in range(sizes.num_columns)) <= 100_000:
