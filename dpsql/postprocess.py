@@ -640,9 +640,11 @@ def _check_on_keys(backend: _Runs, plan: ir.QueryPlan, aggregate_types: dict[str
                     hint="check the conditions against the keys' declared ranges and domains, and the public tables' "
                          "rows (explain lists the keys)")
             if qualify:
+                # (a QUALIFY whose ROW_NUMBER() orders released values: the rows it keeps are numbered whatever they hold)
+                numbers = "" if _on_keys(plan.qualify, plan, numbered=False) else " or the rows' numbers"
                 raise UnsupportedQueryError(
-                    f"the conditions on the GROUP BY keys (in WHERE, HAVING and QUALIFY, which read the keys alone) keep "
-                    f"no {which} key ({domains}), so the release would have no row whatever the data, and be charged "
+                    f"the conditions on the GROUP BY keys (in WHERE, HAVING and QUALIFY, which read the keys alone{numbers}) "
+                    f"keep no {which} key ({domains}), so the release would have no row whatever the data, and be charged "
                     "for nothing; nothing was charged",
                     hint="check the QUALIFY against the number of keys the other conditions keep (explain lists the "
                          "keys)")
@@ -690,12 +692,42 @@ def _key_conjuncts(plan: ir.QueryPlan) -> tuple[list[exp.Expression], list[exp.E
     return [c for c in conj if on_keys(c)], conj
 
 
-def _on_keys(e: exp.Expression, plan: ir.QueryPlan) -> bool:
-    """Whether ``e`` (a QUALIFY) reads the released keys alone, windows included (their arguments, partitions and
-    orders), and no aggregate."""
+def _on_keys(e: exp.Expression, plan: ir.QueryPlan, *, numbered: bool = True) -> bool:
+    """Whether ``e`` (a QUALIFY) keeps a public number of the public keys' rows: it reads the released keys alone,
+    windows included (their arguments, partitions and orders), and no aggregate; or it reads, besides constants, one
+    ``ROW_NUMBER()`` whose order reads released values (``QUALIFY ROW_NUMBER() OVER (ORDER BY COUNT(*) DESC) > 3``),
+    partitioned by keys alone, and windows constant on each of its partitions (partitioned alike or not at all, with
+    no order, over keys alone): each partition's rows are numbered 1..its size whatever their order, so the number of
+    rows kept in it is a function of its size. Two row numbers over two orders, or a row number beside a key column
+    (``ROW_NUMBER() OVER (ORDER BY COUNT(*)) = 1 AND k = 'a'``) or a ``RANK`` over released values keep a number of
+    rows that depends on the values: not decided. ``numbered=False``: the first kind only."""
     keys = {k.name for k in plan.keys}
-    return not any((isinstance(n, exp.AggFunc) and not windows.is_window_function(n))
-                   or (isinstance(n, exp.Column) and n.name not in keys) for n in e.walk())
+
+    def reads_keys_alone(node: exp.Expression) -> bool:
+        return not any((isinstance(n, exp.AggFunc) and not windows.is_window_function(n))
+                       or (isinstance(n, exp.Column) and n.name not in keys) for n in node.walk())
+
+    if reads_keys_alone(e) or not numbered:
+        return reads_keys_alone(e)
+    found = list(e.find_all(exp.Window))
+    numbers = {w.sql() for w in found if isinstance(w.this, exp.RowNumber) and not w.args.get("spec")}
+    if len(numbers) != 1:
+        return False
+    number = next(w for w in found if w.sql() in numbers)
+    partition = [p.sql() for p in number.args.get("partition_by") or []]
+    if not all(reads_keys_alone(p) for p in number.args.get("partition_by") or []):
+        return False
+    for w in found:
+        if w.sql() in numbers:
+            continue
+        if w.args.get("order") is not None or w.args.get("spec") or not reads_keys_alone(w) \
+                or [p.sql() for p in w.args.get("partition_by") or []] not in ([], partition):
+            return False
+    # outside the windows: constants only (a key column there would tell which rows are numbered first)
+    rest = e.copy()
+    for w in list(rest.find_all(exp.Window)):
+        w.replace(exp.Literal.number(0))
+    return not any(isinstance(n, (exp.Column, exp.AggFunc)) for n in rest.walk())
 
 
 def _in_key_order(table: pa.Table, keys: list[str]) -> pa.Table:
