@@ -1,7 +1,8 @@
 """The ``dpsql`` command line: init / query / explain / budget / tables.
 
 Exit codes: 0 ok, 2 usage/query/config error, 66 an input file missing or unreadable (a table's source, the
-config, -f's SQL file), 3 budget exceeded, 4 ledger error, 75 ledger busy (past the lock time-out), 130 interrupted
+config, -f's SQL file), 3 budget exceeded, 4 ledger error, 75 ledger busy (past the lock time-out), 5 a failure
+after the charge (the charge stands), 130 interrupted
 (Ctrl-C), 143 terminated (SIGTERM), 129 hung up (SIGHUP, unless ignored), 1 other. Rows go to stdout (or -o FILE, format from its extension); cost, remaining budget and
 accuracy to stderr, or as JSON meta (``--format json``, ``--meta FILE``, Parquet schema metadata).
 Output files are opened before the charge and replaced atomically; a release whose write fails after
@@ -580,6 +581,7 @@ def _create_if_missing(args: argparse.Namespace, cfg: Any) -> bool:
 def _open_session(args: argparse.Namespace, *, ledger: bool = True) -> Any:
     """The command's Session; ``ledger=False`` (tables, describe: the catalog alone) reads and creates no ledger."""
     import dpsql
+    from dpsql.catalog import MAX_BINS
     from dpsql.errors import ConfigError
 
     cfg = _load_config(args)
@@ -614,6 +616,11 @@ def _open_session(args: argparse.Namespace, *, ledger: bool = True) -> Any:
             parts = v.split(":")
             if len(parts) != 2 or not c:
                 raise ConfigError(f"--bounds expects NAME.COL=LO:HI, got {k}={v}", hint="e.g. --bounds events.amount=0:100")
+            if any(re.fullmatch(r"\s*\d{4}-\d{2}-\d{2}\s*", x) for x in parts):  # a date range: declared with its grid
+                raise ConfigError(f"--bounds {k}={v} is refused: --bounds takes numbers; a DATE or TIMESTAMP column's range is "
+                                  "declared with its bins (--bins), which MIN, MAX, quantiles and histograms of it need",
+                                  hint=f"e.g. --bins {k}={parts[0].strip()}:{parts[1].strip()}:{_days(*parts) or 'N'} (one bin "
+                                  "per day from LO to HI, HI excluded)")
             lo, hi = (_flag_value("--bounds", f"{k}={v}", x, "e.g. --bounds events.amount=0:100") for x in parts)
             if lo > hi:
                 raise ConfigError(f"--bounds {k}={v} is refused: LO must be at most HI", hint=f"e.g. --bounds {k}={parts[1]}:{parts[0]}")
@@ -648,6 +655,9 @@ def _open_session(args: argparse.Namespace, *, ledger: bool = True) -> Any:
                 nlo, nhi = (_flag_value("--bins", f"{k}={v}", x, example) for x in parts[:2])
                 blo, bhi, ascending = nlo, nhi, nlo < nhi
             n = int(_flag_value("--bins", f"{k}={v}", parts[2], example, whole=True, least=1))
+            if n > MAX_BINS:  # (the catalog's refusal named neither the flag nor a date grid's form)
+                raise ConfigError(f"--bins {k}={v} is refused: N must be at most {MAX_BINS:,} bins",
+                                  hint=f"give fewer bins, e.g. --bins {k}={parts[0]}:{parts[1]}:{_days(*parts[:2]) or 1000}")
             if not ascending:
                 raise ConfigError(f"--bins {k}={v} is refused: LO must be below HI", hint=example)
             bounds.setdefault(t, {}).setdefault(c, {}).update({"bounds": (blo, bhi), "bins": n})
@@ -772,14 +782,44 @@ def _name_column_flags(e: Any, name: str, path: str, unit: str | None, said: dic
     is about: 'table 'e': privacy unit column 'usr_id' does not exist' said nothing of --privacy-unit e=usr_id."""
     import ast
 
-    prefix = f"table '{name}': "
-    if not e.message.startswith(prefix):
-        return
-
     def flags(column: str, fk: bool = False) -> str:
         items = [x for (t, c), xs in said.items() if t == name and (c == column or fk and column in c.split(","))
                  for x in xs if x.startswith("--reference") == fk]
         return " and ".join(items) or f"column '{column}'"
+
+    # bounds or bins on a column of the wrong type: the catalog's hint is the config's (type = "DOUBLE", or a Python
+    # columns={...} mapping for a BOOLEAN column), where the command line declares a CSV column's type with --type
+    grid = re.fullmatch(rf"(?:bounds and bins|bounds|bins) for '{re.escape(name)}\.(.+)' need a numeric \(or "
+                        r"date/timestamp\) column, but it is (.+)", e.message)
+    if grid is not None:
+        col, typ = grid.groups()
+        by, where = flags(col), f"{name}.{col}"
+        e.message = (f"{by} {'are' if ' and --' in by else 'is'} refused: column '{col}' of table {name} ({path}) is {typ}, "
+                     "and bounds and bins need a numeric, DATE or TIMESTAMP column; nothing was charged")
+        csv = path.lower().endswith((".csv", ".csv.gz", ".tsv", ".tsv.gz"))
+        e.hint = (f"drop it: GROUP BY {col} releases false and true as keys (--domain {where}=false,true releases both "
+                  "whatever the data)" if typ == "BOOLEAN" else
+                  f"a CSV column is read as text: if '{col}' holds numbers or dates, declare its type too, e.g. --type "
+                  f"{where}=DOUBLE (or BIGINT, or DATE with --bins {where}=2024-01-01:2025-01-01:366); otherwise drop it "
+                  f"(to release its values as keys, declare them with --domain {where}=A,B,C)" if csv else
+                  f"drop it (to release its values as keys, declare them with --domain {where}=A,B,C; dpsql describe "
+                  f"{name} shows the columns' types)")
+        e.args = (e._render(),)
+        return
+    dates = re.fullmatch(rf"a date grid for '{re.escape(name)}\.(.+)' needs a DATE or TIMESTAMP column, but it is (.+)", e.message)
+    if dates is not None:
+        col, typ = dates.groups()
+        by, where = flags(col), f"{name}.{col}"
+        e.message = (f"{by} {'are' if ' and --' in by else 'is'} refused: the bounds of --bins are dates, but column '{col}' of table "
+                     f"{name} ({path}) is {typ}; nothing was charged")
+        e.hint = (f"give it numeric bounds, e.g. --bins {where}=0:100:100"
+                  + (f", or declare the CSV column's type as a date: --type {where}=DATE"
+                     if path.lower().endswith((".csv", ".csv.gz", ".tsv", ".tsv.gz")) else ""))
+        e.args = (e._render(),)
+        return
+    prefix = f"table '{name}': "
+    if not e.message.startswith(prefix):
+        return
 
     def names(column: str, fk: bool = False) -> str:
         by = flags(column, fk)
@@ -852,6 +892,15 @@ def _cap(flag: str, name: str, v: str) -> float:
     if v.strip().lower() in ("inf", "infinity", "unlimited"):
         return math.inf
     return _flag_value(flag, f"{name}={v}", v, f"e.g. {flag} {name}=5 (or {name}=inf)", whole=True, least=1, inf_word=True)
+
+
+def _days(lo: str, hi: str) -> int | None:
+    """The days from the ISO date ``lo`` to ``hi`` (one bin per day), or None when they are not such dates in order."""
+    try:
+        n = (datetime.date.fromisoformat(hi.strip()) - datetime.date.fromisoformat(lo.strip())).days
+    except ValueError:
+        return None
+    return n if n >= 1 else None
 
 
 def _flag_value(flag: str, item: str, text: str, example: str, *, whole: bool = False, least: float | None = None,
@@ -2444,6 +2493,9 @@ def _cli_text(text: str) -> str:
     text = re.sub(r"columns=\{'([^']+)': \{'domain': \[\.\.\.\]\}\}",
                   lambda m: f"--domain TABLE.{m.group(1)}=A,B,C (or domain = [...] under [tables.T.columns.{m.group(1)}] in the "
                   "config)", text)
+    text = re.sub(r"columns=\{'([^']+)': \{'domain': \[(False, True)\]\}\}",  # (a BOOLEAN column's two keys)
+                  lambda m: f"--domain TABLE.{m.group(1)}=false,true (or domain = [false, true] under "
+                  f"[tables.T.columns.{m.group(1)}] in the config)", text)
     text = re.sub(r"columns=\{'([^']+)': \{'bounds': \(([^,]+), ([^)]+)\), 'bins': (\w+)\}\}",
                   lambda m: f"--bins TABLE.{m.group(1)}={m.group(2)}:{m.group(3)}:{m.group(4)} (or bounds and bins under "
                   f"[tables.T.columns.{m.group(1)}] in the config)", text)
