@@ -794,8 +794,7 @@ def _name_column_flags(e: Any, name: str, path: str, unit: str | None, said: dic
     if grid is not None:
         col, typ = grid.groups()
         by, where = flags(col), f"{name}.{col}"
-        e.message = (f"{by} {'are' if ' and --' in by else 'is'} refused: column '{col}' of table {name} ({path}) is {typ}, "
-                     "and bounds and bins need a numeric, DATE or TIMESTAMP column; nothing was charged")
+        e.message = f"{by} {'are' if ' and --' in by else 'is'} refused: {e.message} (table {name}: {path}); nothing was charged"
         csv = path.lower().endswith((".csv", ".csv.gz", ".tsv", ".tsv.gz"))
         e.hint = (f"drop it: GROUP BY {col} releases false and true as keys (--domain {where}=false,true releases both "
                   "whatever the data)" if typ == "BOOLEAN" else

@@ -1,0 +1,129 @@
+"""The command line as a data team's ETL scripts meet it, over ad-hoc Parquet and CSV files: refusals of per-table
+flags in the flags' own terms, and the README's word on a ledger held past --lock-timeout. Each test says what was
+wrong and what is right now. The commands run in this process (``dpsql.cli.main``): the process boundary is not
+what they are about."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import run_cli as run
+
+
+@pytest.fixture
+def files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Path:
+    """A Parquet file (BIGINT, DOUBLE, DATE, BOOLEAN columns), a CSV file (read as text) and a fresh ledger."""
+    import datetime
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DPSQL_LEDGER", raising=False)
+    pq.write_table(pa.table({"uid": [1, 2, 3], "x": [1.0, 2.0, 3.0], "d": [datetime.date(2024, 1, 1)] * 3,
+                             "b": [True, False, True]}), "p.parquet")
+    Path("c.csv").write_text("uid,v\n1,10\n2,20\n3,oops\n")
+    assert run(["init", "--ledger", "l.duckdb", "--epsilon", "10"]) == 0
+    capsys.readouterr()
+    return tmp_path
+
+
+def _refused(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    """The stderr of ``argv`` (a query), which must be a usage error that charged nothing."""
+    capsys.readouterr()
+    assert run(["--ledger", "l.duckdb", "--privacy-unit", "t=uid", *argv, "query", "SELECT COUNT(*) FROM t",
+                "--epsilon", "1"]) == 2
+    err = capsys.readouterr().err
+    assert run(["--ledger", "l.duckdb", "budget", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["spent"]["epsilon"] == 0
+    assert "Traceback" not in err
+    return err
+
+
+def test_bounds_on_a_csv_text_column_hint_the_type_flag(files: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--bounds on a CSV column (read as text) was refused with the config's fix, 'declare its type with the bounds
+    (type = "DOUBLE", "BIGINT" or "DATE")', which a --table user cannot write anywhere, and without naming the flag.
+    Now the flag as typed is refused, and the hint gives --type TABLE.COL=DOUBLE."""
+    err = _refused(capsys, ["--table", "t=c.csv", "--bounds", "t.v=0:100"])
+    assert "--bounds t.v=0:100 is refused: bounds for 't.v' need a numeric (or date/timestamp) column, but it is VARCHAR (table t: c.csv)" in err
+    assert "--type t.v=DOUBLE" in err and 'type = "DOUBLE"' not in err and "nothing was charged" in err
+    # both flags on the column are named; the declared type then answers
+    err = _refused(capsys, ["--table", "t=c.csv", "--bounds", "t.v=0:100", "--bins", "t.v=0:100:10"])
+    assert "--bounds t.v=0:100 and --bins t.v=0:100:10 are refused" in err
+    capsys.readouterr()
+    assert run(["--ledger", "l.duckdb", "--table", "t=c.csv", "--privacy-unit", "t=uid", "--type", "t.v=DOUBLE",
+                "--bounds", "t.v=0:100", "query", "SELECT SUM(v) AS s FROM t", "--epsilon", "1"]) == 0
+
+
+def test_bounds_on_a_parquet_text_column_do_not_offer_the_type_flag(files: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A Parquet column carries its own type (--type is refused for it): the hint is to drop the flag, not --type."""
+    pq.write_table(pa.table({"uid": [1, 2], "s": ["a", "b"]}), "s.parquet")
+    err = _refused(capsys, ["--table", "t=s.parquet", "--bounds", "t.s=0:1"])
+    assert "--bounds t.s=0:1 is refused: bounds for 't.s' need a numeric (or date/timestamp) column, but it is VARCHAR (table t: s.parquet)" in err
+    assert "--type" not in err and "--domain t.s=A,B,C" in err
+
+
+def test_bins_on_a_boolean_column_hint_the_domain_flag_not_a_python_mapping(files: Path,
+                                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """--bins on a BOOLEAN column was refused with the Python API's fix, "columns={'b': {'domain': [False, True]}}"
+    (which _cli_text did not translate: only a domain written [...] was). Now: the flag, and --domain t.b=false,true
+    (and a config's refusal gives domain = [false, true], the TOML)."""
+    err = _refused(capsys, ["--table", "t=p.parquet", "--bins", "t.b=0:1:2"])
+    assert "--bins t.b=0:1:2 is refused: bins for 't.b' need a numeric (or date/timestamp) column, but it is BOOLEAN (table t: p.parquet)" in err
+    assert "--domain t.b=false,true" in err and "columns={" not in err
+    from dpsql.cli import _cli_text
+
+    text = _cli_text("hint: drop the bins of 'b' (declare its public domain, columns={'b': {'domain': [False, True]}}, ...)")
+    assert "columns={" not in text and "domain = [false, true] under [tables.T.columns.b]" in text
+
+
+def test_a_date_grid_on_a_numeric_column_names_the_flags(files: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--bins t.x=2024-01-01:2024-02-01:31 on a DOUBLE column was refused with the config's fix only ('bounds = [0,
+    100] with bins = 100, or, in a CSV file, its type with the grid (type = "DATE")'). Now the flag, and --bins with
+    numbers (and, for a CSV column, --type ...=DATE)."""
+    err = _refused(capsys, ["--table", "t=p.parquet", "--bins", "t.x=2024-01-01:2024-02-01:31"])
+    assert "--bins t.x=2024-01-01:2024-02-01:31 is refused" in err and "is DOUBLE" in err
+    assert "--bins t.x=0:100:100" in err and "bounds = [0, 100]" not in err and "--type" not in err
+    err = _refused(capsys, ["--table", "t=c.csv", "--type", "t.v=DOUBLE", "--bins", "t.v=2024-01-01:2024-02-01:31"])
+    assert "--type t.v=DATE" in err
+
+
+def test_too_many_bins_are_refused_naming_the_flag(files: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--bins t.d=2024-01-01:2024-02-01:5000000 was refused as "bins for 't.d' must be between 1 and 4,194,304", with
+    the hint '--bins TABLE.d=0:120:121': a numeric grid for a DATE column, under a placeholder table name. Now the
+    flag as typed is refused, with a grid of the same column (one bin per day for dates)."""
+    err = _refused(capsys, ["--table", "t=p.parquet", "--bins", "t.d=2024-01-01:2024-02-01:5000000"])
+    assert "--bins t.d=2024-01-01:2024-02-01:5000000 is refused: N must be at most 4,194,304" in err
+    assert "--bins t.d=2024-01-01:2024-02-01:31" in err and "TABLE." not in err
+    err = _refused(capsys, ["--table", "t=p.parquet", "--bins", "t.x=0:100:4194305"])
+    assert "--bins t.x=0:100:4194305 is refused" in err and "--bins t.x=0:100:1000" in err
+
+
+def test_date_bounds_are_pointed_to_the_bins_flag(files: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--bounds t.d=2024-01-01:2024-12-31 was refused as "'2024-01-01' is not a number" with the hint '--bounds
+    events.amount=0:100', though a DATE column's range is declared with --bins on the command line. Now the
+    refusal says so, with the --bins flag that declares it (one bin per day); that flag then answers MIN(d)."""
+    err = _refused(capsys, ["--table", "t=p.parquet", "--bounds", "t.d=2024-01-01:2024-12-31"])
+    assert "--bounds takes numbers" in err and "--bins t.d=2024-01-01:2024-12-31:365" in err
+    capsys.readouterr()
+    assert run(["--ledger", "l.duckdb", "--table", "t=p.parquet", "--privacy-unit", "t=uid", "--bins",
+                "t.d=2024-01-01:2024-12-31:365", "query", "SELECT MIN(d) AS m FROM t", "--epsilon", "1"]) == 0
+
+
+def test_a_numeric_bounds_flag_still_answers(files: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Negative control: a --bounds of numbers on a numeric column is unchanged."""
+    assert run(["--ledger", "l.duckdb", "--table", "t=p.parquet", "--privacy-unit", "t=uid", "--bounds", "t.x=0:10",
+                "query", "SELECT SUM(x) AS s FROM t", "--epsilon", "1"]) == 0
+
+
+def test_the_readme_says_a_lock_time_out_exits_75() -> None:
+    """README's ledger section said a ledger held past lock_timeout gives 'a LedgerError (exit 4)', while the CLI
+    exits 75 (LedgerBusyError, EX_TEMPFAIL), as its --help and the README's exit codes say: a job that retries on 75
+    would have been written to give up. Now the ledger section says 75 too."""
+    from dpsql.errors import LedgerBusyError, LedgerError
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    assert "then a `LedgerError` (exit 4)" not in readme
+    assert "then a `LedgerBusyError` (a `LedgerError`; exit 75" in readme
+    assert issubclass(LedgerBusyError, LedgerError) and LedgerBusyError("x").exit_code == 75
