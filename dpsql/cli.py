@@ -1477,6 +1477,11 @@ def _cmd_query(args: argparse.Namespace) -> int:
             raise ConfigError(f"--option {k}={v} is refused: {v!r} is not a plain number; write option numbers in {PLAIN_FORM}",
                               hint=f"e.g. --option {k}=10")
     if args.reuse_synopsis:
+        if "reuse" in opts and opts["reuse"] != "synopsis":  # (the flag silently replaced the option's value)
+            from dpsql.errors import ConfigError
+
+            raise ConfigError(f"--reuse-synopsis and --option reuse={typed['reuse']} contradict each other: the flag is "
+                              "--option reuse=synopsis; nothing was charged", hint="give one of them")
         opts["reuse"] = "synopsis"
     with _open_session(args) as s, _options_named(typed), _Targets() as targets:
         _check_output_targets(args, s)  # (explain's plan goes to standard output too)

@@ -127,3 +127,24 @@ def test_the_readme_says_a_lock_time_out_exits_75() -> None:
     assert "then a `LedgerError` (exit 4)" not in readme
     assert "then a `LedgerBusyError` (a `LedgerError`; exit 75" in readme
     assert issubclass(LedgerBusyError, LedgerError) and LedgerBusyError("x").exit_code == 75
+
+
+def test_reuse_synopsis_and_an_option_reuse_that_says_otherwise_are_refused(files: Path,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """--reuse-synopsis set the option reuse to 'synopsis' over whatever --option reuse=... said: with --option
+    reuse=never (run DAWA afresh, charged) the answer came from the stored synopsis, for free, exit 0. The two
+    contradict each other: now a usage error, nothing charged; either one alone is as before."""
+    Path("wl.sql").write_text("SELECT COUNT(*) FROM t WHERE x < 2;\nSELECT COUNT(*) FROM t WHERE x >= 2\n")
+    argv = ["--ledger", "l.duckdb", "--table", "t=p.parquet", "--privacy-unit", "t=uid", "--bins", "t.x=0:4:4"]
+    assert run([*argv, "query", "-f", "wl.sql", "--workload", "--epsilon", "1"]) == 0  # stores a synopsis
+    sql = "SELECT COUNT(*) AS n FROM t WHERE x < 3"
+    capsys.readouterr()
+    assert run([*argv, "query", sql, "--epsilon", "1", "--reuse-synopsis", "--option", "reuse=never"]) == 2
+    err = capsys.readouterr().err
+    assert "--reuse-synopsis and --option reuse=never contradict each other" in err and "nothing was charged" in err
+    assert run([*argv, "query", sql, "--epsilon", "1", "--reuse-synopsis"]) == 0  # (negative control: free)
+    assert "dawa (reused synopsis); cost: epsilon=0" in capsys.readouterr().err
+    assert run([*argv, "query", sql, "--epsilon", "1", "--option", "reuse=never"]) == 0  # charged afresh
+    assert "reused" not in capsys.readouterr().err
+    assert run(["--ledger", "l.duckdb", "budget", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["spent"]["epsilon"] == 2
