@@ -689,6 +689,13 @@ def _open_session(args: argparse.Namespace, *, ledger: bool = True) -> Any:
                 raise ConfigError(
                     f"--table {name} needs a privacy unit", hint=f"add --privacy-unit {name}=user_id (or --public {name})"
                 )
+            caps = [f"{flag} {name}={given[name]}" for flag, given in (("--max-groups", groups), ("--max-rows", rows))
+                    if name in public and name in given]
+            if caps:  # (a public table has no person to cap: the flag was dropped without a word, often meant for another table)
+                raise ConfigError(f"{' and '.join(caps)} {'are' if len(caps) > 1 else 'is'} refused: --public {name} declares a "
+                                  "table that holds no person, so it has no caps per person; nothing was charged",
+                                  hint=f"drop {' and '.join(caps)}, or give the caps to a table of people (one with "
+                                  "--privacy-unit NAME=COLUMN)")
             try:
                 s.register(
                     name,

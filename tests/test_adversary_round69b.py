@@ -148,3 +148,16 @@ def test_reuse_synopsis_and_an_option_reuse_that_says_otherwise_are_refused(file
     assert "reused" not in capsys.readouterr().err
     assert run(["--ledger", "l.duckdb", "budget", "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["spent"]["epsilon"] == 2
+
+
+def test_caps_given_to_a_public_table_are_refused(files: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--max-groups p=5 (or --max-rows) for a table declared --public was dropped without a word (`dpsql tables` listed
+    p as public, no caps), though such a flag is most often meant for another table. Now it is refused, naming the
+    flags; caps on the table of people are as before."""
+    argv = ["--ledger", "l.duckdb", "--table", "t=p.parquet", "--privacy-unit", "t=uid", "--table", "p=c.csv", "--public", "p"]
+    capsys.readouterr()
+    assert run([*argv, "--max-groups", "p=5", "--max-rows", "P=2", "tables"]) == 2
+    err = capsys.readouterr().err
+    assert "--max-groups p=5 and --max-rows p=2 are refused: --public p declares a table that holds no person" in err
+    assert run([*argv, "--max-groups", "t=5", "tables"]) == 0
+    assert "t: privacy unit uid; max_groups_per_unit 5" in capsys.readouterr().out
