@@ -660,6 +660,14 @@ def _open_session(args: argparse.Namespace, *, ledger: bool = True) -> Any:
                                   hint=f"give fewer bins, e.g. --bins {k}={parts[0]}:{parts[1]}:{_days(*parts[:2]) or 1000}")
             if not ascending:
                 raise ConfigError(f"--bins {k}={v} is refused: LO must be below HI", hint=example)
+            declared = bounds.get(t, {}).get(c, {}).get("bounds")
+            if declared is not None and declared != (blo, bhi):  # (the grid's bounds replaced them without a word)
+                given = next(x for x in said[(t, c)] if x.startswith("--bounds "))
+                raise ConfigError(f"{given} and --bins {k}={v} declare two different bounds for column '{c}' of table {t}: "
+                                  "the grid of --bins is over its bounds LO:HI, which SUM, AVG and the other aggregates "
+                                  "clamp to as well; nothing was charged",
+                                  hint=f"give the column one range: drop {given} (--bins declares the bounds too), or give "
+                                  f"--bins the same LO:HI, e.g. --bins {k}={given.split('=', 1)[1]}:{parts[2]}")
             bounds.setdefault(t, {}).setdefault(c, {}).update({"bounds": (blo, bhi), "bins": n})
         for k, v in _kv(getattr(args, "type", []), "--type").items():
             t, _, c = k.partition(".")

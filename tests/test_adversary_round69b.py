@@ -161,3 +161,23 @@ def test_caps_given_to_a_public_table_are_refused(files: Path, capsys: pytest.Ca
     assert "--max-groups p=5 and --max-rows p=2 are refused: --public p declares a table that holds no person" in err
     assert run([*argv, "--max-groups", "t=5", "tables"]) == 0
     assert "t: privacy unit uid; max_groups_per_unit 5" in capsys.readouterr().out
+
+
+def test_bounds_and_bins_declaring_two_ranges_for_one_column_are_refused(files: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """--bounds t.x=0:10 with --bins t.x=0:100:10 (in either order): the grid's bounds replaced the declared ones
+    without a word, so SUM(x) was clamped to [0, 100], with ten times the noise asked for, and `dpsql describe` showed
+    bounds [0, 100]. Now two different ranges for one column are refused; one range given by both flags is as before."""
+    argv = ["--ledger", "l.duckdb", "--table", "t=p.parquet", "--privacy-unit", "t=uid"]
+    sql = ["query", "SELECT SUM(x) AS s FROM t", "--epsilon", "1"]
+    for flags in (["--bounds", "t.x=0:10", "--bins", "t.x=0:100:10"], ["--bins", "t.x=0:100:10", "--bounds", "t.x=0:10"]):
+        capsys.readouterr()
+        assert run([*argv, *flags, *sql]) == 2
+        err = capsys.readouterr().err
+        assert "--bounds t.x=0:10 and --bins t.x=0:100:10 declare two different bounds for column 'x'" in err
+        assert "--bins t.x=0:10:10" in err and "nothing was charged" in err
+    assert run([*argv, "--bounds", "T.X=0:10.0", "--bins", "t.x=0:10:10", *sql]) == 0
+    assert run([*argv, "--bounds", "t.x=0:10", "--bins", "t.x=0:10:10", "describe", "t"]) == 0
+    assert "x DOUBLE: bounds [0.0, 10.0]" in capsys.readouterr().out
+    assert run(["--ledger", "l.duckdb", "budget", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["spent"]["epsilon"] == 1
