@@ -2192,6 +2192,12 @@ def _main(argv: Sequence[str] | None) -> int:
 
             raise ConfigError("--set-total needs --reason: every change of the total is recorded with why",
                               hint='e.g. --set-total 10 1e-5 --reason "new quarter"')
+        if args.command == "budget" and args.reason and not args.set_total:  # (it was dropped: exit 0, the total as it was)
+            from dpsql.errors import ConfigError
+
+            raise ConfigError("--reason is the reason of a change of the total, and no --set-total was given: nothing was "
+                              "changed", hint='give the new total too, e.g. --set-total 10 1e-5 --reason "new quarter", or '
+                              "drop --reason to show the budget")
         if args.command == "init":
             return _cmd_init(args)
         if args.command in ("query", "explain"):

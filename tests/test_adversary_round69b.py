@@ -181,3 +181,18 @@ def test_bounds_and_bins_declaring_two_ranges_for_one_column_are_refused(files: 
     assert "x DOUBLE: bounds [0.0, 10.0]" in capsys.readouterr().out
     assert run(["--ledger", "l.duckdb", "budget", "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["spent"]["epsilon"] == 1
+
+
+def test_a_reason_without_set_total_is_refused(files: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`dpsql budget --reason "quarterly top-up"` (the --set-total forgotten, or lost to an unset variable) printed the
+    budget and exited 0, the total unchanged: a script read that as the change made. Now a usage error saying that
+    nothing was changed; with --set-total the change is made as before."""
+    capsys.readouterr()
+    assert run(["--ledger", "l.duckdb", "budget", "--reason", "quarterly top-up"]) == 2
+    err = capsys.readouterr().err
+    assert "--reason is the reason of a change of the total, and no --set-total was given: nothing was changed" in err
+    assert run(["--ledger", "l.duckdb", "budget", "--set-total", "12", "0", "--reason", "quarterly top-up"]) == 0
+    capsys.readouterr()
+    assert run(["--ledger", "l.duckdb", "budget", "--history", "--format", "json"]) == 0
+    changes = json.loads(capsys.readouterr().out)["total_changes"]
+    assert [c["reason"] for c in changes][-1] == "quarterly top-up" and len(changes) == 2
