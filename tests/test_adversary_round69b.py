@@ -196,3 +196,23 @@ def test_a_reason_without_set_total_is_refused(files: Path, capsys: pytest.Captu
     assert run(["--ledger", "l.duckdb", "budget", "--history", "--format", "json"]) == 0
     changes = json.loads(capsys.readouterr().out)["total_changes"]
     assert [c["reason"] for c in changes][-1] == "quarterly top-up" and len(changes) == 2
+
+
+@pytest.mark.parametrize("name", ["e.csv", "e.parquet"])
+def test_a_source_of_zero_bytes_is_an_input_not_there_yet(files: Path, capsys: pytest.CaptureFixture[str], name: str) -> None:
+    """A table's source of 0 bytes (the moment a job has created the file and not yet written it) exited 2 ('is empty',
+    'not a Parquet file': running it again fails again), where the same file a moment later, its Parquet header there
+    but no footer, or a .csv.gz cut short, exits 66 (a scheduler retries). Now 0 bytes is a 66 too, saying so; a
+    gzip file written whole that holds no line, a file that is not Parquet, or a marker of 0 bytes that a glob matches
+    (Spark's _SUCCESS: tests/test_cli_source_files.py), stays a 2."""
+    Path(name).write_bytes(b"")
+    capsys.readouterr()
+    assert run(["--ledger", "l.duckdb", "--table", f"t={name}", "--privacy-unit", "t=uid", "query", "SELECT COUNT(*) FROM t",
+                "--epsilon", "1"]) == 66
+    assert "is empty (0 bytes" in capsys.readouterr().err
+    import gzip
+
+    Path("z.csv.gz").write_bytes(gzip.compress(b""))
+    Path("x.parquet").write_text("uid\n1\n")
+    for other in ("z.csv.gz", "x.parquet"):
+        assert run(["--ledger", "l.duckdb", "--table", f"t={other}", "--privacy-unit", "t=uid", "tables"]) == 2
