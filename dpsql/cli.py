@@ -1586,12 +1586,13 @@ def _one_line(text: str) -> str:
 def _options_named(typed: dict[str, str]) -> Iterator[None]:
     """A refusal of an --option value, which the library words by the option's name ('tau must be a
     whole number >= 1, got 'abc''), names the flag as typed: '--option tau=abc is refused: ...'."""
-    from dpsql.errors import ConfigError
+    from dpsql.errors import ConfigError, PolicyError
 
     try:
         yield
-    except ConfigError as e:
-        k = next((k for k in typed if e.message.startswith((f"{k} ", f"{k}=", f"unknown {k} "))), None)
+    except (ConfigError, PolicyError) as e:  # ('option max_groups_per_unit=10 is above the cap ...': a PolicyError)
+        k = next((k for k in typed if e.message.startswith((f"{k} ", f"{k}=", f"unknown {k} ", f"option {k} ",
+                                                            f"option {k}="))), None)
         if k is not None:
             e.message = f"--option {k}={typed[k]} is refused: {e.message}"
             e.args = (e._render(),)

@@ -216,3 +216,17 @@ def test_a_source_of_zero_bytes_is_an_input_not_there_yet(files: Path, capsys: p
     Path("x.parquet").write_text("uid\n1\n")
     for other in ("z.csv.gz", "x.parquet"):
         assert run(["--ledger", "l.duckdb", "--table", f"t={other}", "--privacy-unit", "t=uid", "tables"]) == 2
+
+
+def test_an_option_refused_by_the_owners_policy_names_the_flag(files: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--option max_groups_per_unit=10 above the registered cap (a PolicyError), or --option max_rows_per_unit=5 on a
+    GROUP BY, was refused as 'option max_groups_per_unit=10 is above the cap ...': only refusals worded by the
+    option's bare name ('tau must be ...') were said as the flag typed. Now these name '--option KEY=VALUE' too."""
+    argv = ["--ledger", "l.duckdb", "--table", "t=p.parquet", "--privacy-unit", "t=uid", "--max-groups", "t=2",
+            "--domain", "t.b=false,true", "query", "SELECT b, COUNT(*) AS n FROM t GROUP BY b", "--epsilon", "1"]
+    for option in ("max_groups_per_unit=10", "max_rows_per_unit=5"):
+        capsys.readouterr()
+        assert run([*argv, "--option", option]) == 2
+        assert capsys.readouterr().err.startswith(f"error: {'PolicyError' if 'groups' in option else 'ConfigError'}: "
+                                                  f"--option {option} is refused: option ")
+    assert run([*argv, "--option", "max_groups_per_unit=1"]) == 0  # (negative control: a lower cap is the caller's)
