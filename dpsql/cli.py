@@ -1593,8 +1593,11 @@ def _options_named(typed: dict[str, str]) -> Iterator[None]:
     except (ConfigError, PolicyError) as e:  # ('option max_groups_per_unit=10 is above the cap ...': a PolicyError)
         k = next((k for k in typed if e.message.startswith((f"{k} ", f"{k}=", f"unknown {k} ", f"option {k} ",
                                                             f"option {k}="))), None)
-        if k is not None:
-            e.message = f"--option {k}={typed[k]} is refused: {e.message}"
+        many = re.match(r"(?:unknown )?option\(s\) \[([^\]]*)\]", e.message)  # "option(s) ['tau'] do not apply to ..."
+        named = [k for k in typed if many is not None and repr(k) in many.group(1).split(", ")]
+        if k is not None or named:
+            flags = " and ".join(f"--option {x}={typed[x]}" for x in ([k] if k is not None else named))
+            e.message = f"{flags} {'are' if len(named) > 1 else 'is'} refused: {e.message}"
             e.args = (e._render(),)
         raise
 

@@ -229,4 +229,9 @@ def test_an_option_refused_by_the_owners_policy_names_the_flag(files: Path, caps
         assert run([*argv, "--option", option]) == 2
         assert capsys.readouterr().err.startswith(f"error: {'PolicyError' if 'groups' in option else 'ConfigError'}: "
                                                   f"--option {option} is refused: option ")
+    capsys.readouterr()
+    assert run([*argv, "--option", "tau=2", "--option", "q=0.5"]) == 2  # 'option(s) ['q'] do not apply to ...'
+    assert "--option tau=2 and --option q=0.5 are refused: option(s) ['q', 'tau']" in capsys.readouterr().err
+    assert run([*argv, "--option", "rank_target=3"]) == 2
+    assert "--option rank_target=3 is refused: unknown option(s) ['rank_target']" in capsys.readouterr().err
     assert run([*argv, "--option", "max_groups_per_unit=1"]) == 0  # (negative control: a lower cap is the caller's)
