@@ -820,6 +820,18 @@ def _name_column_flags(e: Any, name: str, path: str, unit: str | None, said: dic
                   f"{name} shows the columns' types)")
         e.args = (e._render(),)
         return
+    zoned = re.fullmatch(rf"bounds for '{re.escape(name)}\.(.+)' need a numeric, DATE or TIMESTAMP column, but it is (.+), "
+                         "which no range, histogram or comparison may read", e.message)
+    if zoned is not None:  # (its hint was the Python API's and the config's: pa.timestamp('us'), type = "TIMESTAMP")
+        col, where = zoned.group(1), f"{name}.{zoned.group(1)}"
+        by = flags(col)
+        e.message = f"{by} {'are' if ' and --' in by else 'is'} refused: {e.message} (table {name}: {path}); nothing was charged"
+        e.hint = (f"declare the CSV column as a TIMESTAMP (its UTC time without a zone): --type {where}=TIMESTAMP"
+                  if path.lower().endswith((".csv", ".csv.gz", ".tsv", ".tsv.gz")) else
+                  f"write the column '{col}' of the file as TIMESTAMP (its UTC time without a zone)") + ", or drop " + (
+                  " and ".join(x for x in by.split(" and ") if not x.startswith("--type ")) or "the bounds")
+        e.args = (e._render(),)
+        return
     dates = re.fullmatch(rf"a date grid for '{re.escape(name)}\.(.+)' needs a DATE or TIMESTAMP column, but it is (.+)", e.message)
     if dates is not None:
         col, typ = dates.groups()

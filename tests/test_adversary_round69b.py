@@ -235,3 +235,15 @@ def test_an_option_refused_by_the_owners_policy_names_the_flag(files: Path, caps
     assert run([*argv, "--option", "rank_target=3"]) == 2
     assert "--option rank_target=3 is refused: unknown option(s) ['rank_target']" in capsys.readouterr().err
     assert run([*argv, "--option", "max_groups_per_unit=1"]) == 0  # (negative control: a lower cap is the caller's)
+
+
+def test_a_grid_on_a_column_with_a_time_zone_is_hinted_in_flags(files: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--bins on a TIMESTAMPTZ column was refused with the Python API's and the config's fix ("cast an Arrow column to
+    pa.timestamp('us') ... or declare type = "TIMESTAMP" for a CSV column"). Now the flag is named, and for a CSV
+    column --type ...=TIMESTAMP, which then answers."""
+    Path("z.csv").write_text("uid,ts\n1,2024-01-01 00:00:00\n")
+    argv = ["--table", "t=z.csv", "--bins", "t.ts=2024-01-01:2024-02-01:31"]
+    err = _refused(capsys, [*argv, "--type", "t.ts=TIMESTAMPTZ"])
+    assert "--bins t.ts=2024-01-01:2024-02-01:31 and --type t.ts=TIMESTAMPTZ are refused" in err
+    assert "--type t.ts=TIMESTAMP," in err and "pa.timestamp" not in err and 'type = "TIMESTAMP"' not in err
+    assert run(["--ledger", "l.duckdb", "--privacy-unit", "t=uid", *argv, "--type", "t.ts=TIMESTAMP", "tables"]) == 0
