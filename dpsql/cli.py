@@ -687,6 +687,10 @@ def _open_session(args: argparse.Namespace, *, ledger: bool = True) -> Any:
         sizes: dict[str, int] = {}
         for k, v in _kv(getattr(args, "max_table_rows", []), "--max-table-rows").items():
             sizes[k] = int(_flag_value("--max-table-rows", f"{k}={v}", v, "e.g. --max-table-rows orders=1500000", whole=True, least=1))
+        for flag, dest in (("--public", "public"), ("--allow-conditional-sampling", "allow_conditional_sampling")):
+            if any(not n.strip() for n in getattr(args, dest, []) or []):  # e.g. --public "$LOOKUP" with LOOKUP unset
+                raise ConfigError(f"{flag} is empty: it names no table; nothing was charged",
+                                  hint=f"give {flag} the name of a --table, e.g. {flag} {next(iter(tables), 'NAME')}")
         public = {n.strip().lower() for n in getattr(args, "public", []) or []}
         sampling = {n.strip().lower() for n in getattr(args, "allow_conditional_sampling", []) or []}
         # public tables first, then people, then tables that reference them

@@ -247,3 +247,15 @@ def test_a_grid_on_a_column_with_a_time_zone_is_hinted_in_flags(files: Path, cap
     assert "--bins t.ts=2024-01-01:2024-02-01:31 and --type t.ts=TIMESTAMPTZ are refused" in err
     assert "--type t.ts=TIMESTAMP," in err and "pa.timestamp" not in err and 'type = "TIMESTAMP"' not in err
     assert run(["--ledger", "l.duckdb", "--privacy-unit", "t=uid", *argv, "--type", "t.ts=TIMESTAMP", "tables"]) == 0
+
+
+@pytest.mark.parametrize("flag", ["--public", "--allow-conditional-sampling"])
+def test_an_empty_table_name_of_a_flag_is_refused(files: Path, capsys: pytest.CaptureFixture[str], flag: str) -> None:
+    """`--public "$LOOKUP"` (or --allow-conditional-sampling) with the variable unset was dropped without a word, exit
+    0, where an empty --table, -o, --meta or -f is refused. Now it is refused too, naming the flag."""
+    argv = ["--ledger", "l.duckdb", "--table", "t=p.parquet", "--privacy-unit", "t=uid"]
+    capsys.readouterr()
+    assert run([*argv, flag, "", "tables"]) == 2
+    assert f"{flag} is empty: it names no table" in capsys.readouterr().err
+    named = ["--table", "p=c.csv", "--public", "p"] if flag == "--public" else [flag, "t"]  # (negative control)
+    assert run([*argv, *named, "tables"]) == 0
