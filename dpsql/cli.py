@@ -1,7 +1,8 @@
 """The ``dpsql`` command line: init / query / explain / budget / tables.
 
 Exit codes: 0 ok, 2 usage/query/config error, 66 an input file missing or unreadable (a table's source, the
-config, -f's SQL file), 3 budget exceeded, 4 ledger error, 75 ledger busy (past the lock time-out), 130 interrupted
+config, -f's SQL file), 3 budget exceeded, 4 ledger error, 75 ledger busy (past the lock time-out), 5 a failure
+after the charge (the charge stands), 130 interrupted
 (Ctrl-C), 143 terminated (SIGTERM), 129 hung up (SIGHUP, unless ignored), 1 other. Rows go to stdout (or -o FILE, format from its extension); cost, remaining budget and
 accuracy to stderr, or as JSON meta (``--format json``, ``--meta FILE``, Parquet schema metadata).
 Output files are opened before the charge and replaced atomically; a release whose write fails after
@@ -580,6 +581,7 @@ def _create_if_missing(args: argparse.Namespace, cfg: Any) -> bool:
 def _open_session(args: argparse.Namespace, *, ledger: bool = True) -> Any:
     """The command's Session; ``ledger=False`` (tables, describe: the catalog alone) reads and creates no ledger."""
     import dpsql
+    from dpsql.catalog import MAX_BINS
     from dpsql.errors import ConfigError
 
     cfg = _load_config(args)
@@ -614,6 +616,11 @@ def _open_session(args: argparse.Namespace, *, ledger: bool = True) -> Any:
             parts = v.split(":")
             if len(parts) != 2 or not c:
                 raise ConfigError(f"--bounds expects NAME.COL=LO:HI, got {k}={v}", hint="e.g. --bounds events.amount=0:100")
+            if any(re.fullmatch(r"\s*\d{4}-\d{2}-\d{2}\s*", x) for x in parts):  # a date range: declared with its grid
+                raise ConfigError(f"--bounds {k}={v} is refused: --bounds takes numbers; a DATE or TIMESTAMP column's range is "
+                                  "declared with its bins (--bins), which MIN, MAX, quantiles and histograms of it need",
+                                  hint=f"e.g. --bins {k}={parts[0].strip()}:{parts[1].strip()}:{_days(*parts) or 'N'} (one bin "
+                                  "per day from LO to HI, HI excluded)")
             lo, hi = (_flag_value("--bounds", f"{k}={v}", x, "e.g. --bounds events.amount=0:100") for x in parts)
             if lo > hi:
                 raise ConfigError(f"--bounds {k}={v} is refused: LO must be at most HI", hint=f"e.g. --bounds {k}={parts[1]}:{parts[0]}")
@@ -648,8 +655,19 @@ def _open_session(args: argparse.Namespace, *, ledger: bool = True) -> Any:
                 nlo, nhi = (_flag_value("--bins", f"{k}={v}", x, example) for x in parts[:2])
                 blo, bhi, ascending = nlo, nhi, nlo < nhi
             n = int(_flag_value("--bins", f"{k}={v}", parts[2], example, whole=True, least=1))
+            if n > MAX_BINS:  # (the catalog's refusal named neither the flag nor a date grid's form)
+                raise ConfigError(f"--bins {k}={v} is refused: N must be at most {MAX_BINS:,} bins",
+                                  hint=f"give fewer bins, e.g. --bins {k}={parts[0]}:{parts[1]}:{_days(*parts[:2]) or 1000}")
             if not ascending:
                 raise ConfigError(f"--bins {k}={v} is refused: LO must be below HI", hint=example)
+            declared = bounds.get(t, {}).get(c, {}).get("bounds")
+            if declared is not None and declared != (blo, bhi):  # (the grid's bounds replaced them without a word)
+                given = next(x for x in said[(t, c)] if x.startswith("--bounds "))
+                raise ConfigError(f"{given} and --bins {k}={v} declare two different bounds for column '{c}' of table {t}: "
+                                  "the grid of --bins is over its bounds LO:HI, which SUM, AVG and the other aggregates "
+                                  "clamp to as well; nothing was charged",
+                                  hint=f"give the column one range: drop {given} (--bins declares the bounds too), or give "
+                                  f"--bins the same LO:HI, e.g. --bins {k}={given.split('=', 1)[1]}:{parts[2]}")
             bounds.setdefault(t, {}).setdefault(c, {}).update({"bounds": (blo, bhi), "bins": n})
         for k, v in _kv(getattr(args, "type", []), "--type").items():
             t, _, c = k.partition(".")
@@ -669,6 +687,10 @@ def _open_session(args: argparse.Namespace, *, ledger: bool = True) -> Any:
         sizes: dict[str, int] = {}
         for k, v in _kv(getattr(args, "max_table_rows", []), "--max-table-rows").items():
             sizes[k] = int(_flag_value("--max-table-rows", f"{k}={v}", v, "e.g. --max-table-rows orders=1500000", whole=True, least=1))
+        for flag, dest in (("--public", "public"), ("--allow-conditional-sampling", "allow_conditional_sampling")):
+            if any(not n.strip() for n in getattr(args, dest, []) or []):  # e.g. --public "$LOOKUP" with LOOKUP unset
+                raise ConfigError(f"{flag} is empty: it names no table; nothing was charged",
+                                  hint=f"give {flag} the name of a --table, e.g. {flag} {next(iter(tables), 'NAME')}")
         public = {n.strip().lower() for n in getattr(args, "public", []) or []}
         sampling = {n.strip().lower() for n in getattr(args, "allow_conditional_sampling", []) or []}
         # public tables first, then people, then tables that reference them
@@ -679,6 +701,13 @@ def _open_session(args: argparse.Namespace, *, ledger: bool = True) -> Any:
                 raise ConfigError(
                     f"--table {name} needs a privacy unit", hint=f"add --privacy-unit {name}=user_id (or --public {name})"
                 )
+            caps = [f"{flag} {name}={given[name]}" for flag, given in (("--max-groups", groups), ("--max-rows", rows))
+                    if name in public and name in given]
+            if caps:  # (a public table has no person to cap: the flag was dropped without a word, often meant for another table)
+                raise ConfigError(f"{' and '.join(caps)} {'are' if len(caps) > 1 else 'is'} refused: --public {name} declares a "
+                                  "table that holds no person, so it has no caps per person; nothing was charged",
+                                  hint=f"drop {' and '.join(caps)}, or give the caps to a table of people (one with "
+                                  "--privacy-unit NAME=COLUMN)")
             try:
                 s.register(
                     name,
@@ -772,14 +801,55 @@ def _name_column_flags(e: Any, name: str, path: str, unit: str | None, said: dic
     is about: 'table 'e': privacy unit column 'usr_id' does not exist' said nothing of --privacy-unit e=usr_id."""
     import ast
 
-    prefix = f"table '{name}': "
-    if not e.message.startswith(prefix):
-        return
-
     def flags(column: str, fk: bool = False) -> str:
         items = [x for (t, c), xs in said.items() if t == name and (c == column or fk and column in c.split(","))
                  for x in xs if x.startswith("--reference") == fk]
         return " and ".join(items) or f"column '{column}'"
+
+    # bounds or bins on a column of the wrong type: the catalog's hint is the config's (type = "DOUBLE", or a Python
+    # columns={...} mapping for a BOOLEAN column), where the command line declares a CSV column's type with --type
+    grid = re.fullmatch(rf"(?:bounds and bins|bounds|bins) for '{re.escape(name)}\.(.+)' need a numeric \(or "
+                        r"date/timestamp\) column, but it is (.+)", e.message)
+    if grid is not None:
+        col, typ = grid.groups()
+        by, where = flags(col), f"{name}.{col}"
+        e.message = f"{by} {'are' if ' and --' in by else 'is'} refused: {e.message} (table {name}: {path}); nothing was charged"
+        csv = path.lower().endswith((".csv", ".csv.gz", ".tsv", ".tsv.gz"))
+        e.hint = (f"drop it: GROUP BY {col} releases false and true as keys (--domain {where}=false,true releases both "
+                  "whatever the data)" if typ == "BOOLEAN" else
+                  f"a CSV column is read as text: if '{col}' holds numbers or dates, declare its type too, e.g. --type "
+                  f"{where}=DOUBLE (or BIGINT, or DATE with --bins {where}=2024-01-01:2025-01-01:366); otherwise drop it "
+                  f"(to release its values as keys, declare them with --domain {where}=A,B,C)" if csv else
+                  f"drop it (to release its values as keys, declare them with --domain {where}=A,B,C; dpsql describe "
+                  f"{name} shows the columns' types)")
+        e.args = (e._render(),)
+        return
+    zoned = re.fullmatch(rf"bounds for '{re.escape(name)}\.(.+)' need a numeric, DATE or TIMESTAMP column, but it is (.+), "
+                         "which no range, histogram or comparison may read", e.message)
+    if zoned is not None:  # (its hint was the Python API's and the config's: pa.timestamp('us'), type = "TIMESTAMP")
+        col, where = zoned.group(1), f"{name}.{zoned.group(1)}"
+        by = flags(col)
+        e.message = f"{by} {'are' if ' and --' in by else 'is'} refused: {e.message} (table {name}: {path}); nothing was charged"
+        e.hint = (f"declare the CSV column as a TIMESTAMP (its UTC time without a zone): --type {where}=TIMESTAMP"
+                  if path.lower().endswith((".csv", ".csv.gz", ".tsv", ".tsv.gz")) else
+                  f"write the column '{col}' of the file as TIMESTAMP (its UTC time without a zone)") + ", or drop " + (
+                  " and ".join(x for x in by.split(" and ") if not x.startswith("--type ")) or "the bounds")
+        e.args = (e._render(),)
+        return
+    dates = re.fullmatch(rf"a date grid for '{re.escape(name)}\.(.+)' needs a DATE or TIMESTAMP column, but it is (.+)", e.message)
+    if dates is not None:
+        col, typ = dates.groups()
+        by, where = flags(col), f"{name}.{col}"
+        e.message = (f"{by} {'are' if ' and --' in by else 'is'} refused: the bounds of --bins are dates, but column '{col}' of table "
+                     f"{name} ({path}) is {typ}; nothing was charged")
+        e.hint = (f"give it numeric bounds, e.g. --bins {where}=0:100:100"
+                  + (f", or declare the CSV column's type as a date: --type {where}=DATE"
+                     if path.lower().endswith((".csv", ".csv.gz", ".tsv", ".tsv.gz")) else ""))
+        e.args = (e._render(),)
+        return
+    prefix = f"table '{name}': "
+    if not e.message.startswith(prefix):
+        return
 
     def names(column: str, fk: bool = False) -> str:
         by = flags(column, fk)
@@ -852,6 +922,15 @@ def _cap(flag: str, name: str, v: str) -> float:
     if v.strip().lower() in ("inf", "infinity", "unlimited"):
         return math.inf
     return _flag_value(flag, f"{name}={v}", v, f"e.g. {flag} {name}=5 (or {name}=inf)", whole=True, least=1, inf_word=True)
+
+
+def _days(lo: str, hi: str) -> int | None:
+    """The days from the ISO date ``lo`` to ``hi`` (one bin per day), or None when they are not such dates in order."""
+    try:
+        n = (datetime.date.fromisoformat(hi.strip()) - datetime.date.fromisoformat(lo.strip())).days
+    except ValueError:
+        return None
+    return n if n >= 1 else None
 
 
 def _flag_value(flag: str, item: str, text: str, example: str, *, whole: bool = False, least: float | None = None,
@@ -1429,6 +1508,11 @@ def _cmd_query(args: argparse.Namespace) -> int:
             raise ConfigError(f"--option {k}={v} is refused: {v!r} is not a plain number; write option numbers in {PLAIN_FORM}",
                               hint=f"e.g. --option {k}=10")
     if args.reuse_synopsis:
+        if "reuse" in opts and opts["reuse"] != "synopsis":  # (the flag silently replaced the option's value)
+            from dpsql.errors import ConfigError
+
+            raise ConfigError(f"--reuse-synopsis and --option reuse={typed['reuse']} contradict each other: the flag is "
+                              "--option reuse=synopsis; nothing was charged", hint="give one of them")
         opts["reuse"] = "synopsis"
     with _open_session(args) as s, _options_named(typed), _Targets() as targets:
         _check_output_targets(args, s)  # (explain's plan goes to standard output too)
@@ -1518,14 +1602,18 @@ def _one_line(text: str) -> str:
 def _options_named(typed: dict[str, str]) -> Iterator[None]:
     """A refusal of an --option value, which the library words by the option's name ('tau must be a
     whole number >= 1, got 'abc''), names the flag as typed: '--option tau=abc is refused: ...'."""
-    from dpsql.errors import ConfigError
+    from dpsql.errors import ConfigError, PolicyError
 
     try:
         yield
-    except ConfigError as e:
-        k = next((k for k in typed if e.message.startswith((f"{k} ", f"{k}=", f"unknown {k} "))), None)
-        if k is not None:
-            e.message = f"--option {k}={typed[k]} is refused: {e.message}"
+    except (ConfigError, PolicyError) as e:  # ('option max_groups_per_unit=10 is above the cap ...': a PolicyError)
+        k = next((k for k in typed if e.message.startswith((f"{k} ", f"{k}=", f"unknown {k} ", f"option {k} ",
+                                                            f"option {k}="))), None)
+        many = re.match(r"(?:unknown )?option\(s\) \[([^\]]*)\]", e.message)  # "option(s) ['tau'] do not apply to ..."
+        named = [k for k in typed if many is not None and repr(k) in many.group(1).split(", ")]
+        if k is not None or named:
+            flags = " and ".join(f"--option {x}={typed[x]}" for x in ([k] if k is not None else named))
+            e.message = f"{flags} {'are' if len(named) > 1 else 'is'} refused: {e.message}"
             e.args = (e._render(),)
         raise
 
@@ -2124,6 +2212,12 @@ def _main(argv: Sequence[str] | None) -> int:
 
             raise ConfigError("--set-total needs --reason: every change of the total is recorded with why",
                               hint='e.g. --set-total 10 1e-5 --reason "new quarter"')
+        if args.command == "budget" and args.reason and not args.set_total:  # (it was dropped: exit 0, the total as it was)
+            from dpsql.errors import ConfigError
+
+            raise ConfigError("--reason is the reason of a change of the total, and no --set-total was given: nothing was "
+                              "changed", hint='give the new total too, e.g. --set-total 10 1e-5 --reason "new quarter", or '
+                              "drop --reason to show the budget")
         if args.command == "init":
             return _cmd_init(args)
         if args.command in ("query", "explain"):
@@ -2444,6 +2538,9 @@ def _cli_text(text: str) -> str:
     text = re.sub(r"columns=\{'([^']+)': \{'domain': \[\.\.\.\]\}\}",
                   lambda m: f"--domain TABLE.{m.group(1)}=A,B,C (or domain = [...] under [tables.T.columns.{m.group(1)}] in the "
                   "config)", text)
+    text = re.sub(r"columns=\{'([^']+)': \{'domain': \[(False, True)\]\}\}",  # (a BOOLEAN column's two keys)
+                  lambda m: f"--domain TABLE.{m.group(1)}=false,true (or domain = [false, true] under "
+                  f"[tables.T.columns.{m.group(1)}] in the config)", text)
     text = re.sub(r"columns=\{'([^']+)': \{'bounds': \(([^,]+), ([^)]+)\), 'bins': (\w+)\}\}",
                   lambda m: f"--bins TABLE.{m.group(1)}={m.group(2)}:{m.group(3)}:{m.group(4)} (or bounds and bins under "
                   f"[tables.T.columns.{m.group(1)}] in the config)", text)

@@ -684,6 +684,11 @@ def _csv_header(path: str, delim: str, encoding: str = "utf-8") -> list[str]:
         pass
     names = [n.strip() for n in names]
     if not raw:
+        if _zero_bytes(path):  # nothing written yet (a job that writes it has opened it): a retry may read it, as a
+            # gzip stream cut short or a Parquet file without its footer (an input not there yet, exit 66)
+            raise InputUnavailableError(f"the CSV file {path!r} is empty (0 bytes): it has no header line (still being "
+                                        "written?)", hint="the first line of a CSV source must be its header, e.g. "
+                                        "user_id,amount,country; if a job is writing the file, retry once it is written")
         raise ConfigError(f"the CSV file {path!r} is empty: it has no header line",
                           hint="the first line of a CSV source must be its header, e.g. user_id,amount,country")
     if not names or any(not n for n in names):
@@ -819,12 +824,28 @@ def _footer(name: str, path: str, read: Callable[[str], Any]) -> Any:
         return read(path)
     except (OSError, pa.ArrowException) as e:
         gone = isinstance(e, OSError) and not isinstance(e, pa.ArrowException)  # not there, or not readable
-        partial = not gone and _partial_parquet(path)  # being written by another job: a retry may read it whole
-        why = ("" if gone else ": it is an incomplete Parquet file (its header is there, no footer yet: still being "
-               "written?)" if partial else ": it is not a Parquet file")
+        empty = not gone and _zero_bytes(path)  # created, nothing written yet: as an incomplete one, a retry may read it
+        partial = not gone and (empty or _partial_parquet(path))  # being written by another job: a retry may read it whole
+        why = ("" if gone else ": it is empty (0 bytes: still being written?)" if empty else ": it is an incomplete Parquet "
+               "file (its header is there, no footer yet: still being written?)" if partial else ": it is not a Parquet file")
         raise (InputUnavailableError if gone or partial else ConfigError)(f"table '{name}': cannot read {path}{why} ({type(e).__name__})",
                           hint="check that the file exists, is readable and is valid Parquet; a glob must match "
                                "only Parquet files (e.g. 'dir/*.parquet', not 'dir/*')") from None
+
+
+def _zero_bytes(path: str) -> bool:
+    """Whether ``path`` is a regular file of no bytes named as a data file (.parquet, .csv, ...): created by a job that
+    has not written it yet. A marker of no bytes that a glob may match (Spark's ``_SUCCESS``) is no data file."""
+    import os
+    import stat
+
+    if not path.lower().endswith((".parquet", ".pq", ".csv", ".tsv", ".csv.gz", ".tsv.gz")):
+        return False
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and st.st_size == 0
 
 
 def _partial_parquet(path: str) -> bool:
