@@ -697,7 +697,7 @@ def _on_keys(e: exp.Expression, plan: ir.QueryPlan, *, numbered: bool = True) ->
     windows included (their arguments, partitions and orders), and no aggregate; or it reads, besides constants, one
     ``ROW_NUMBER()`` whose order reads released values (``QUALIFY ROW_NUMBER() OVER (ORDER BY COUNT(*) DESC) > 3``),
     partitioned by keys alone, and windows constant on each of its partitions (partitioned alike or not at all, with
-    no order, over keys alone): each partition's rows are numbered 1..its size whatever their order, so the number of
+    no order, over keys alone, and no NTILE, LAG or LEAD, which number or shift the rows in the keys' order): each partition's rows are numbered 1..its size whatever their order, so the number of
     rows kept in it is a function of its size. Two row numbers over two orders, or a row number beside a key column
     (``ROW_NUMBER() OVER (ORDER BY COUNT(*)) = 1 AND k = 'a'``) or a ``RANK`` over released values keep a number of
     rows that depends on the values: not decided. ``numbered=False``: the first kind only."""
@@ -720,7 +720,10 @@ def _on_keys(e: exp.Expression, plan: ir.QueryPlan, *, numbered: bool = True) ->
     for w in found:
         if w.sql() in numbers:
             continue
+        # (without an ORDER BY, NTILE, LAG, LEAD and ROW_NUMBER still read the rows' order, the keys': each row its
+        # own value, which a row number over released values meets or not depending on those values)
         if w.args.get("order") is not None or w.args.get("spec") or not reads_keys_alone(w) \
+                or isinstance(windows.function(w), (exp.RowNumber, exp.Ntile, exp.Lag, exp.Lead)) \
                 or [p.sql() for p in w.args.get("partition_by") or []] not in ([], partition):
             return False
     # outside the windows: constants only (a key column there would tell which rows are numbered first)
