@@ -9,6 +9,10 @@ depends on those values. ``ROW_NUMBER() OVER (ORDER BY n DESC) <> NTILE(3) OVER 
 (all 0: numbered in the keys' order, as NTILE is) and was refused for free, though the release keeps two rows. Now such a
 QUALIFY is not decided before the charge: the query runs. Windows constant on the partition (aggregates, RANK,
 FIRST_VALUE with no ORDER BY) are still decided.
+
+Finding: a Parquet source of 0 bytes (or without its footer yet: still being written) is an input not there yet on
+DuckDB (exit 66, retried by a scheduler), but was a ConfigError on Spark (exit 2). Now it is an InputUnavailableError
+on Spark too.
 """
 
 from __future__ import annotations
@@ -74,3 +78,39 @@ def test_a_row_number_beside_windows_constant_on_its_partition_is_still_refused_
     with pytest.raises(errors.UnsupportedQueryError, match="or the rows' numbers"):
         session.query(sql, epsilon=1.0, delta=1e-6)
     assert _charges(session) == before
+
+
+def _spark_missing() -> str | None:
+    import importlib.util
+    import shutil
+
+    return ("the Spark engine needs the 'spark' extra" if importlib.util.find_spec("pyspark") is None else
+            "the Spark engine needs Java on the PATH" if shutil.which("java") is None else None)
+
+
+@pytest.mark.skipif(_spark_missing() is not None, reason=str(_spark_missing()))
+def test_a_parquet_source_still_being_written_is_an_input_not_there_yet_on_spark_too(tmp_path: Any) -> None:
+    """A table source named .parquet of 0 bytes (created, not yet written) is an input not there yet on DuckDB (exit 66:
+    a scheduler retries), as one whose footer is not written yet. On Spark both were a ConfigError (exit 2: 'cannot
+    read table source ... check that the path exists'), which a scheduler does not retry. Now both are an
+    InputUnavailableError naming the file, as on DuckDB; a file that is no Parquet at all stays a ConfigError."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from _spark import comparable_session
+
+    pq.write_table(pa.table({"uid": pa.array([1, 2, 3], pa.int64())}), tmp_path / "whole.parquet")
+    data = (tmp_path / "whole.parquet").read_bytes()
+    (tmp_path / "empty.parquet").write_bytes(b"")
+    (tmp_path / "half.parquet").write_bytes(data[: len(data) // 2])
+    (tmp_path / "text.parquet").write_bytes(b"uid\n1\n2\n")
+    s = comparable_session("spark")
+    try:
+        for f, said in (("empty", r"is empty \(0 bytes\)"), ("half", "no footer yet")):
+            with pytest.raises(errors.InputUnavailableError, match=said):
+                s.register(f, str(tmp_path / f"{f}.parquet"), privacy_unit="uid")
+        with pytest.raises(errors.ConfigError) as e:
+            s.register("text", str(tmp_path / "text.parquet"), privacy_unit="uid")
+        assert not isinstance(e.value, errors.InputUnavailableError)
+        s.register("whole", str(tmp_path / "whole.parquet"), privacy_unit="uid")
+    finally:
+        s.close()

@@ -77,6 +77,8 @@ from dpsql.engine._duckdb_sources import (
     TS_MAX_US,
     TS_MIN_US,
     _expand,
+    _partial_parquet,
+    _zero_bytes,
     decimal_storage_problem,
 )
 from dpsql.engine.base import (
@@ -889,11 +891,16 @@ class SparkBackend:
                         failure = named
                     except Exception:  # noqa: BLE001 - not local files: the message below, without the columns
                         pass
-                failure = failure or (InputUnavailableError if isinstance(e, OSError) else ConfigError)(
+                # a local file named .parquet of 0 bytes, or whose footer is not there yet: still being written, a
+                # retry may read it (an input not there yet, as on DuckDB: exit 66)
+                unready = kind == "parquet" and not nanos and not half and _unready(str(source))
+                failure = failure or (InputUnavailableError if isinstance(e, OSError) or unready else ConfigError)(
                     f"cannot read table source for '{name}' ({kind}): {type(e).__name__}"
                     + (": a column is stored as Parquet TIMESTAMP(NANOS), which Spark does not read" if nanos else
-                       ": a column is stored as Parquet FLOAT16, which Spark does not read" if half else ""),
+                       ": a column is stored as Parquet FLOAT16, which Spark does not read" if half else
+                       f": {unready} (still being written?)" if unready else ""),
                     hint=_NANOS_HINT if nanos else _FLOAT16_HINT if half else
+                    "if a job is writing the file, retry once it is written" if unready else
                     "check that the path exists, is readable by Spark and is valid Parquet"
                     if kind == "parquet" else "check the Arrow table's column types "
                     "(docs/spark.md, Sources), or use the DuckDB engine")
@@ -1747,6 +1754,23 @@ class _Schema:
         return isinstance(other, _Schema) and bool(self.schema.equals(other.schema))
 
     __hash__ = None  # type: ignore[assignment]
+
+
+def _unready(source: str) -> str:
+    """Why a local Parquet source (a path or a glob) is not there whole yet, or '': one of its files named as a data
+    file has no bytes, or has a Parquet header and no footer (another job is still writing it in place)."""
+    if re.match(r"^[a-z][a-z0-9+.-]*://", source) and not source.startswith("file://"):
+        return ""
+    try:
+        paths = _expand(source.removeprefix("file://"))
+    except Exception:  # noqa: BLE001 - no file matches (any more): said as Spark's failure
+        return ""
+    for p in paths:
+        if _zero_bytes(p):
+            return f"{p} is empty (0 bytes)"
+        if _partial_parquet(p):
+            return f"{p} is an incomplete Parquet file (its header is there, no footer yet)"
+    return ""
 
 
 def _local_path(uri: str) -> str:
