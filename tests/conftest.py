@@ -279,6 +279,11 @@ EXTENDED = {
         "(test_adversary_join_group_expressions.py)",
     "test_hostile_fuzz.py::test_outcomes_do_not_depend_on_one_user[1]":
         "the other half of the same corpus and generated expressions ([0])",
+    "test_hostile_fuzz.py::test_outcomes_do_not_depend_on_one_user[2]":
+        "the other half of the same generated WHERE conditions, within the allow-list and hostile alike ([0])",
+    "test_hostile_fuzz.py::test_outcomes_do_not_depend_on_one_user[3]":
+        "the generated GROUP BY keys of [1] drawn by the same generator; the corpus's keys ([0]) and the generated "
+        "keys of the Parquet file with invalid UTF-8 (test_outcomes_do_not_depend_on_one_user_parquet_invalid_utf8)",
     **{f"test_cli_signal_after_charge.py::{t}": f"the same signal at the same place with {twin}" for t, twin in (
         ("test_a_signal_while_the_answer_is_written_keeps_the_release[out1-SIGTERM]", "SIGINT ([out1-SIGINT]), and "
          "SIGTERM on stdout ([out0-SIGTERM])"),
