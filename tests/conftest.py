@@ -393,10 +393,11 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     items.sort(key=lambda it: rank.get(it.path.name, len(rank)))  # stable: every file keeps its own order
 
 
-def sigint_storm_while_charging(led: Any, workers: list[Any], stop: Any, seed: int, seconds: float = 4.0) -> int:
+def sigint_storm_while_charging(led: Any, workers: list[Any], stop: Any, seed: int, seconds: float = 2.0) -> int:
     """Start ``workers`` (threads), then for ``seconds`` charge and release on ``led`` in the main thread while
-    another thread sends it SIGINT every 5-50 ms; set ``stop``, join every thread, and return how many
-    KeyboardInterrupts the main thread caught (in its ledger operations or in its own loop's steps)."""
+    another thread sends it SIGINT every 5-50 ms (about 70 signals in the 2 s by default); set ``stop``, join every
+    thread, and return how many KeyboardInterrupts the main thread caught (in its ledger operations or in its own
+    loop's steps)."""
     import random
     import signal
     import threading
