@@ -351,6 +351,9 @@ EXTENDED = {
     **{f"test_adversary_round68a.py::test_random_queries_match_duckdb[{seed}]": "the same differential fuzzer's "
        "random queries on the seeds 101 to 106 ([101] ... [106]), and its negative control (a wrong answer is caught)"
        for seed in range(107, 113)},
+    **{f"test_join_neighbour_fuzz.py::{t}[30-59]": "the same check on the random instances of the seeds 0 to 29 "
+       "([0-29])" for t in ("test_the_general_truncation_paths_move_by_at_most_tau_plus_the_certified_slack",
+                            "test_the_cone_program_moves_E_by_one_and_F_by_two_tau_E_plus_one")},
     "test_adversary_round44.py::test_removing_a_person_moves_the_groups_within_the_caps[7-SELECT note, n2,":
         "the ordinary person under the same caps with one key ([7-SELECT note, COUNT(*) ...-capsN]), and the person "
         "of one hash with two keys ([1000000-SELECT note, n2, ...-capsN])",
