@@ -360,6 +360,12 @@ EXTENDED = {
     **{f"test_cli_encodings.py::test_released_keys_outside_the_locale_encoding_are_written_as_utf8[{fmt}]":
        "the same keys in the table form ([table]): every format's rows are encoded as UTF-8 by the same step and "
        "written by the same write (dpsql.cli._render_rows)" for fmt in ("csv", "json")},
+    "test_cli_signals.py::test_a_signal_during_a_ledger_statement_exits_as_a_signal[SIGHUP]":
+        "SIGTERM at the same place ([SIGTERM]: the CLI's one handler of both), and SIGHUP's exit at the charge "
+        "(test_cli_signal_at_charge.py[charge_commit-SIGHUP-...])",
+    **{f"test_adversary_round48.py::test_held_a_decimal_clamped_in_its_type_releases_what_doubles_do_under_negative_"
+       f"and_fractional_bounds[opts1-{b}]": "the race of k = 1 under the fractional bounds ([opts1-bounds1]), and k = 3 "
+       f"under the same bounds ([None-{b}])" for b in ("bounds0", "bounds2")},
     "test_adversary_round44.py::test_removing_a_person_moves_the_groups_within_the_caps[7-SELECT note, n2,":
         "the ordinary person under the same caps with one key ([7-SELECT note, COUNT(*) ...-capsN]), and the person "
         "of one hash with two keys ([1000000-SELECT note, n2, ...-capsN])",
