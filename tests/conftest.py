@@ -366,6 +366,9 @@ EXTENDED = {
     **{f"test_adversary_round48.py::test_held_a_decimal_clamped_in_its_type_releases_what_doubles_do_under_negative_"
        f"and_fractional_bounds[opts1-{b}]": "the race of k = 1 under the fractional bounds ([opts1-bounds1]), and k = 3 "
        f"under the same bounds ([None-{b}])" for b in ("bounds0", "bounds2")},
+    **{f"test_adversary_scan_statistics.py::test_join_shapes_whose_sizes_one_person_makes_cross_keep_their_plan"
+       f"[{shape}-parquet]": f"the same shape over tables ([{shape}-table]), and the chain4 and star shapes over Parquet "
+       "([chain4-parquet], [star-parquet])" for shape in ("group", "path")},
     "test_adversary_round44.py::test_removing_a_person_moves_the_groups_within_the_caps[7-SELECT note, n2,":
         "the ordinary person under the same caps with one key ([7-SELECT note, COUNT(*) ...-capsN]), and the person "
         "of one hash with two keys ([1000000-SELECT note, n2, ...-capsN])",
