@@ -102,7 +102,7 @@ def test_projection_gives_what_duckdb_gives_on_generated_tables() -> None:
     backend = DuckDBBackend(None, EngineSettings())
     rng = random.Random("arrow-post")
     try:
-        for trial in range(75):
+        for trial in range(150):
             table = _table(rng, rng.choice([0, 1, 2, 7, 40]))
             query = _query(rng, table)
             fast = projection(table, query, REL)
