@@ -279,6 +279,11 @@ EXTENDED = {
         "(test_adversary_join_group_expressions.py)",
     "test_hostile_fuzz.py::test_outcomes_do_not_depend_on_one_user[1]":
         "the other half of the same corpus and generated expressions ([0])",
+    "test_hostile_fuzz.py::test_outcomes_do_not_depend_on_one_user[2]":
+        "the other half of the same generated WHERE conditions, within the allow-list and hostile alike ([0])",
+    "test_hostile_fuzz.py::test_outcomes_do_not_depend_on_one_user[3]":
+        "the generated GROUP BY keys of [1] drawn by the same generator; the corpus's keys ([0]) and the generated "
+        "keys of the Parquet file with invalid UTF-8 (test_outcomes_do_not_depend_on_one_user_parquet_invalid_utf8)",
     **{f"test_cli_signal_after_charge.py::{t}": f"the same signal at the same place with {twin}" for t, twin in (
         ("test_a_signal_while_the_answer_is_written_keeps_the_release[out1-SIGTERM]", "SIGINT ([out1-SIGINT]), and "
          "SIGTERM on stdout ([out0-SIGTERM])"),
@@ -343,6 +348,27 @@ EXTENDED = {
     **{f"test_cli_signal_at_charge.py::test_a_signal_between_the_charge_and_the_read_names_the_reserved_entry"
        f"[charged-{sig}": f"{sig} at the other point ([charge_commit-{sig}-...]), and SIGINT at this point "
        "([charged-SIGINT-...])" for sig in ("SIGTERM", "SIGHUP")},
+    **{f"test_adversary_round68a.py::test_random_queries_match_duckdb[{seed}]": "the same differential fuzzer's "
+       "random queries on the seeds 101 to 106 ([101] ... [106]), and its negative control (a wrong answer is caught)"
+       for seed in range(107, 113)},
+    **{f"test_join_neighbour_fuzz.py::{t}[30-59]": "the same check on the random instances of the seeds 0 to 29 "
+       "([0-29])" for t in ("test_the_general_truncation_paths_move_by_at_most_tau_plus_the_certified_slack",
+                            "test_the_cone_program_moves_E_by_one_and_F_by_two_tau_E_plus_one")},
+    **{f"test_cli_etl_probe.py::test_an_unbuffered_stdout_cut_short_by_its_reader_is_no_success[{fmt}]":
+       "the same cut-short write of the table form ([table]): every format's rows are rendered to bytes first and "
+       "written by the same write (dpsql.cli._render_rows)" for fmt in ("csv", "json")},
+    **{f"test_cli_encodings.py::test_released_keys_outside_the_locale_encoding_are_written_as_utf8[{fmt}]":
+       "the same keys in the table form ([table]): every format's rows are encoded as UTF-8 by the same step and "
+       "written by the same write (dpsql.cli._render_rows)" for fmt in ("csv", "json")},
+    "test_cli_signals.py::test_a_signal_during_a_ledger_statement_exits_as_a_signal[SIGHUP]":
+        "SIGTERM at the same place ([SIGTERM]: the CLI's one handler of both), and SIGHUP's exit at the charge "
+        "(test_cli_signal_at_charge.py[charge_commit-SIGHUP-...])",
+    **{f"test_adversary_round48.py::test_held_a_decimal_clamped_in_its_type_releases_what_doubles_do_under_negative_"
+       f"and_fractional_bounds[opts1-{b}]": "the race of k = 1 under the fractional bounds ([opts1-bounds1]), and k = 3 "
+       f"under the same bounds ([None-{b}])" for b in ("bounds0", "bounds2")},
+    **{f"test_adversary_scan_statistics.py::test_join_shapes_whose_sizes_one_person_makes_cross_keep_their_plan"
+       f"[{shape}-parquet]": f"the same shape over tables ([{shape}-table]), and the chain4 and star shapes over Parquet "
+       "([chain4-parquet], [star-parquet])" for shape in ("group", "path")},
     "test_adversary_round44.py::test_removing_a_person_moves_the_groups_within_the_caps[7-SELECT note, n2,":
         "the ordinary person under the same caps with one key ([7-SELECT note, COUNT(*) ...-capsN]), and the person "
         "of one hash with two keys ([1000000-SELECT note, n2, ...-capsN])",
@@ -385,10 +411,11 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     items.sort(key=lambda it: rank.get(it.path.name, len(rank)))  # stable: every file keeps its own order
 
 
-def sigint_storm_while_charging(led: Any, workers: list[Any], stop: Any, seed: int, seconds: float = 4.0) -> int:
+def sigint_storm_while_charging(led: Any, workers: list[Any], stop: Any, seed: int, seconds: float = 2.0) -> int:
     """Start ``workers`` (threads), then for ``seconds`` charge and release on ``led`` in the main thread while
-    another thread sends it SIGINT every 5-50 ms; set ``stop``, join every thread, and return how many
-    KeyboardInterrupts the main thread caught (in its ledger operations or in its own loop's steps)."""
+    another thread sends it SIGINT every 5-50 ms (about 70 signals in the 2 s by default); set ``stop``, join every
+    thread, and return how many KeyboardInterrupts the main thread caught (in its ledger operations or in its own
+    loop's steps)."""
     import random
     import signal
     import threading

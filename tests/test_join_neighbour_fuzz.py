@@ -132,14 +132,19 @@ def _drop(w: np.ndarray, gid: np.ndarray, ti: np.ndarray, ui: np.ndarray, v: int
     return w[keep], gid[keep], idx[ti[sel]], np.where(ui[sel] > v, ui[sel] - 1, ui[sel])
 
 
-def test_the_general_truncation_paths_move_by_at_most_tau_plus_the_certified_slack() -> None:
+#: the random instances' seeds, in two halves (the second in the extended tier)
+INSTANCE_SEEDS = [range(0, 30), range(30, 60)]
+
+
+@pytest.mark.parametrize("seeds", INSTANCE_SEEDS, ids=["0-29", "30-59"])
+def test_the_general_truncation_paths_move_by_at_most_tau_plus_the_certified_slack(seeds: range) -> None:
     from dpsql.mechanisms import _s4s_truncation as trunc
 
     # 3 and unbounded people per tuple take the same path (the certified LP): ``truncate`` reads ``people`` only
     # through its path class, so both give the same value on the same instance (checked on every full instance
     # below); each neighbour is solved once, under 3 on even seeds and unbounded on odd ones
     assert trunc.path_class(3.0) == trunc.path_class(float("inf")) == trunc.LP
-    for seed in range(60):
+    for seed in seeds:
         w, _, ti, ui, nu, _ = _instance(seed, 3)
         people = float("inf") if seed % 2 else 3.0
         for tau in (0.5, 1.0, 3.0):
@@ -153,11 +158,12 @@ def test_the_general_truncation_paths_move_by_at_most_tau_plus_the_certified_sla
                 assert val <= base + trunc.gap_bound(tau) + 1e-12
 
 
-def test_the_cone_program_moves_E_by_one_and_F_by_two_tau_E_plus_one() -> None:
+@pytest.mark.parametrize("seeds", INSTANCE_SEEDS, ids=["0-29", "30-59"])
+def test_the_cone_program_moves_E_by_one_and_F_by_two_tau_E_plus_one(seeds: range) -> None:
     from dpsql.mechanisms import _s4s_socp as socp
     from dpsql.mechanisms.s4s_vector import KAPPA
 
-    for seed in range(60):
+    for seed in seeds:
         w, gid, ti, ui, nu, d = _instance(seed, 3)
         for tau in (0.5, 1.0, 2.0):
             a = socp.truncate(socp.Instance(w, gid, ti, ui, nu, d), tau)

@@ -112,7 +112,7 @@ def run(w, ti, ui, tau):
 def test_paths_match_brute_force(owners, path):
     g = np.random.default_rng(100 + owners)
     seen = set()
-    for _ in range(40):
+    for _ in range(20):
         w, ti, ui = instance(g, int(g.integers(2, 6)), int(g.integers(2, 5)), owners)
         exacts = brute_force_taus(w, ti, ui, (0.5, 1.0, 2.0))
         for tau in (0.5, 1.0, 2.0):

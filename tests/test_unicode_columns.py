@@ -63,7 +63,9 @@ def test_every_spelling_reaches_the_column_on_every_source(tmp_path: Path, inval
             for c, spec in extra.items():
                 cols[c] = {**cols.get(c, {}), **spec}
             s.register("ev", src, privacy_unit="uid", max_groups_per_unit=1, columns=cols)
-            for _ in range(3):  # the third read of a settled Parquet file goes through DuckDB's own reader
+            # the third read of a settled Parquet file goes through DuckDB's own reader; an Arrow table or a DuckDB
+            # table is read the same way each time
+            for _ in range(3 if kind in ("parquet", "csv") else 1):
                 for sql, key in SPELLINGS:
                     r = s.query(sql, epsilon=1.0, delta=1e-6)
                     assert r.table.column_names == [key, "n", "s"], (kind, sql)
