@@ -1,0 +1,139 @@
+"""Join queries answered by dpsql at zero noise against DuckDB's own answer on the same rows.
+
+The differential fuzzer (``tests/_join_oracle_fuzz.py``) draws seeded join queries from the documented surface over a
+schema with two sources of people (one reached through a foreign-key path of two tables) and two public lookups:
+lookup joins (inner and LEFT, ON filters), grouped joins of several private tables (declared domains, public key
+sets, CASE and ``month`` / ``year`` keys, several keys), comma joins, USING, ON filters, COUNT(DISTINCT person),
+HAVING / QUALIFY / ORDER BY / LIMIT / OFFSET, keys named by alias or position, WHERE conditions on a key through its
+alias or inside parentheses. Every declared cap holds on the data, so the documented answer is DuckDB's (clamped
+sums, declared keys, rounding to the release's granularity). It also flags a query that fails after its charge, an
+error that is no ``dpsql.errors`` class, a refusal quoting internal names, and, for a sample, a neighbour (one
+person removed with every row reaching them) whose refusal or released key set differs. The concrete case below is
+the one it found."""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import _join_oracle_fuzz as fz  # noqa: E402
+
+from dpsql.errors import UnsupportedQueryError  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def env() -> Any:
+    t = fz.data(5)
+    s = fz.session(t)
+    con = fz.reference(t)
+    yield s, con
+    s.close()
+    con.close()
+
+
+def ask(s: Any, sql: str, **kw: Any) -> Any:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return s.query(sql, epsilon=2.0, delta=1e-5, **kw)
+
+
+# ------------------------------------------------------------------------------------------- the fuzzer itself
+
+#: 3 seeds x 10 queries (a third of them also asked of a neighbour); the review ran some 2 000 more
+SEEDS = [1013, 1015, 1016]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_random_join_queries_match_duckdb(seed: int) -> None:
+    out = fz.run(10, seed, neighbours=0.3)
+    assert out.ran == 10
+    assert out.findings == []
+    assert out.compared >= 7, (out.compared, out.refusals)  # most queries are answered and compared
+    assert out.neighbours >= 1
+
+
+def test_the_oracle_catches_a_wrong_answer() -> None:
+    """Negative control: a released key set or count that differs from DuckDB's is reported."""
+    q = fz.Query("SELECT o.st AS k0, COUNT(*) AS a0 FROM orders o JOIN persons p ON o.pid = p.id GROUP BY o.st",
+                 "grouped", [fz.Agg("COUNT(*)", "COUNT(*)", "count")], ["o.st"])
+    want = [("done", 3), ("open", 5)]
+    assert fz.compare(q, [{"k0": "done", "a0": 3}, {"k0": "open", "a0": 5}], want, 0.0, 1.0) is None
+    assert fz.compare(q, [{"k0": "done", "a0": 3}, {"k0": "open", "a0": 6}], want, 0.0, 1.0) is not None
+    assert fz.compare(q, [{"k0": "done", "a0": 3}, {"k0": "open", "a0": 5}, {"k0": "void", "a0": 0}], want, 0.0,
+                      1.0) is not None
+
+
+# ------------------------------------------------------------------------------------------- the finding
+
+KEYED = [
+    # (FROM, a condition on another column than the key) over the join mechanisms and over a lookup join
+    ("orders o JOIN persons p ON o.pid = p.id", "p.age <> 23"),
+    ("orders o JOIN persons p ON o.pid = p.id JOIN countries c ON o.cc = c.code", "p.age <> 23"),
+    ("orders o JOIN countries c ON o.cc = c.code", "c.pop <> 23"),
+]
+
+
+@pytest.mark.parametrize("src,other", KEYED)
+def test_a_parenthesised_condition_on_a_join_key_filters_its_keys(env: Any, src: str, other: str) -> None:
+    """Was: over a join, `WHERE (o.st <> 'open' AND p.age <> 23) GROUP BY o.st` released 'open' (a noisy 0, a key no
+    tuple meeting the WHERE can have), where the same WHERE without the parentheses releases 'done' and 'void' only:
+    the key condition inside the parentheses was not read (per-person clipping and the lookup route alike). Now the
+    WHERE's conjuncts are read through parentheses, and the counts are DuckDB's."""
+    s, con = env
+    want = dict(con.execute(f"SELECT o.st, COUNT(*) FROM {src} WHERE o.st <> 'open' AND {other} AND o.st IN "
+                            "('done', 'void') AND o.pid IS NOT NULL GROUP BY o.st").fetchall())
+    for where in (f"o.st <> 'open' AND {other}", f"(o.st <> 'open' AND {other})", f"(o.st <> 'open' AND ({other}))",
+                  f"({other} AND (o.st <> 'open'))"):
+        rows = ask(s, f"SELECT o.st, COUNT(*) AS n FROM {src} WHERE {where} GROUP BY o.st").to_pylist()
+        assert sorted(r["st"] for r in rows) == ["done", "void"], where
+        assert {r["st"]: r["n"] for r in rows} == {k: want.get(k, 0) for k in ("done", "void")}, where
+
+
+@pytest.mark.parametrize("src,other", KEYED)
+def test_a_parenthesised_where_excluding_every_join_key_is_refused_for_free(env: Any, src: str, other: str) -> None:
+    """Was: `WHERE (o.st LIKE 'E%' AND ...) GROUP BY o.st` (no declared status starts with E) was charged and released
+    the three statuses as noisy zeros, where the same WHERE without the parentheses is refused for free (the release
+    would have no row whatever the data). Now both are refused before the charge."""
+    s, _ = env
+    before = s.history().num_rows
+    for where in (f"o.st LIKE 'E%' AND {other}", f"(o.st LIKE 'E%' AND {other})"):
+        with pytest.raises(UnsupportedQueryError, match="exclude every declared key"):
+            ask(s, f"SELECT o.st, COUNT(*) AS n FROM {src} WHERE {where} GROUP BY o.st")
+    assert s.history().num_rows == before
+
+
+# ------------------------------------------------------------------------------------------- what held up
+
+
+def test_a_left_joined_lookups_null_group_follows_the_key_conditions(env: Any) -> None:
+    """Under a LEFT JOIN the released keys are the declared domain plus NULL; a WHERE condition on the key alone that
+    is not true at NULL (`c.zone <> 'EU'`) drops the NULL group as it drops 'EU', with or without parentheses."""
+    s, con = env
+    for where in ("c.zone <> 'EU' AND e.v > 0", "(c.zone <> 'EU' AND e.v > 0)"):
+        rows = ask(s, f"SELECT c.zone, COUNT(*) AS n FROM events e LEFT JOIN countries c ON e.cc = c.code WHERE {where} "
+                      "GROUP BY c.zone").to_pylist()
+        want = dict(con.execute("SELECT c.zone, COUNT(*) FROM events e LEFT JOIN countries c ON e.cc = c.code WHERE "
+                                "c.zone <> 'EU' AND e.v > 0 GROUP BY c.zone").fetchall())
+        assert {r["zone"]: r["n"] for r in rows} == {z: want.get(z, 0) for z in ("AM", "AS")}, where
+
+
+def test_a_null_owner_row_counts_over_the_join_mechanisms_not_the_lookup_route(env: Any) -> None:
+    """Documented difference of the two routes of a lookup join (docs/sql.md): the one-table path drops a row whose
+    person is NULL (it belongs to nobody), the join mechanisms (a CASE key) count it in full."""
+    s, con = env
+    assert con.execute("SELECT COUNT(*) FROM orders WHERE pid IS NULL AND cc IN ('FR', 'DE', 'US')").fetchone()[0] == 1
+    one = ask(s, "SELECT o.st, COUNT(*) AS n FROM orders o JOIN countries c ON o.cc = c.code GROUP BY o.st").to_pylist()
+    assert {r["st"]: r["n"] for r in one} == dict(con.execute(
+        "SELECT o.st, COUNT(*) FROM orders o JOIN countries c ON o.cc = c.code WHERE o.pid IS NOT NULL AND o.st IN "
+        "('open', 'done', 'void') GROUP BY o.st").fetchall())
+    case = "CASE WHEN o.amt > 50 THEN 'big' ELSE 'small' END"
+    joined = ask(s, f"SELECT {case} AS k, COUNT(*) AS n FROM orders o JOIN countries c ON o.cc = c.code GROUP BY 1")
+    assert joined.mechanism == "clipped_gaussian"
+    assert {r["k"]: r["n"] for r in joined.to_pylist()} == dict(con.execute(
+        f"SELECT {case}, COUNT(*) FROM orders o JOIN countries c ON o.cc = c.code GROUP BY 1").fetchall())
