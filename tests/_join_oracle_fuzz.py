@@ -208,6 +208,14 @@ class Gen:
         if k == 8 and "p" in al:
             return self.pick("p.vip", "NOT p.vip", "p.vip IS NOT TRUE")
         if k == 9 and txts:
+            if self.r.random() < 0.5:  # a condition on one column through a function (a key's set is narrowed by it)
+                c = self.pick(*txts)
+                f = self.pick(f"lower({c})", f"upper({c})", f"length({c})", f"COALESCE({c}, 'none')", f"{c} || 'x'",
+                              f"left({c}, 1)", f"TRY_CAST({c} AS INTEGER)", f"CASE WHEN {c} IS NULL THEN 'none' ELSE 'some' END")
+                v = self.pick("'OPEN'", "'open'", "'none'", "'some'", "'e'", "'EUx'", "3", "2", "'k1x'", "NULL")
+                if "length" in f or "INTEGER" in f:
+                    v = str(self.r.randint(0, 5))
+                return f"{f} {self.pick('=', '<>', '>', 'IS NOT DISTINCT FROM')} {v}"
             return f"{self.pick(*txts)} {self.pick('LIKE', 'NOT LIKE')} '{self.pick('%1', 'E%', '_', '%o%', 'a%')}'"
         return f"{self.pick(*(nums + txts + days))} IS NOT NULL"
 
@@ -330,6 +338,9 @@ def query(g: Gen) -> Query:
             alias = parts[j].split(" ON ")[0].split()[-1]
             cond = g.pred([alias] if r.random() < 0.7 else list(tables), 1)
             parts[j] += f" AND {cond}"
+            if r.random() < 0.4:  # the whole ON in parentheses
+                head, on = parts[j].split(" ON ", 1)
+                parts[j] = f"{head} ON ({on})"
             on_extra.append(cond)
         if "l" in tables and not on_extra and r.random() < 0.4:  # (an ON's filter beside a USING is refused)
             parts = [x.replace("JOIN lines l ON l.oid = o.oid", "JOIN lines l USING (oid)") for x in parts]
@@ -442,7 +453,7 @@ def key_values(con: duckdb.DuckDBPyConnection, q: Query, key: str) -> list[Any] 
             vals.append(None)
         kept = [c.sql("duckdb") for c in conj if cols_of(c) == {key}]
         if kept:
-            cond = " AND ".join(f"({c})" for c in kept).replace(key, "kk.v")
+            cond = to_reference(" AND ".join(f"({c})" for c in kept).replace(key, "kk.v"))
             vals = [v for (v,) in con.execute(f"SELECT v FROM (SELECT unnest(?::VARCHAR[]) AS v) kk WHERE {cond}", [vals]).fetchall()]
         return vals
     if key == "r.rname":

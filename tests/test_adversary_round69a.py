@@ -8,8 +8,8 @@ HAVING / QUALIFY / ORDER BY / LIMIT / OFFSET, keys named by alias or position, W
 alias or inside parentheses. Every declared cap holds on the data, so the documented answer is DuckDB's (clamped
 sums, declared keys, rounding to the release's granularity). It also flags a query that fails after its charge, an
 error that is no ``dpsql.errors`` class, a refusal quoting internal names, and, for a sample, a neighbour (one
-person removed with every row reaching them) whose refusal or released key set differs. The concrete case below is
-the one it found."""
+person removed with every row reaching them) whose refusal or released key set differs. The concrete cases below are
+the ones it found."""
 
 from __future__ import annotations
 
@@ -108,12 +108,11 @@ def test_a_parenthesised_where_excluding_every_join_key_is_refused_for_free(env:
     assert s.history().num_rows == before
 
 
-# ------------------------------------------------------------------------------------------- what held up
-
-
 def test_a_left_joined_lookups_null_group_follows_the_key_conditions(env: Any) -> None:
-    """Under a LEFT JOIN the released keys are the declared domain plus NULL; a WHERE condition on the key alone that
-    is not true at NULL (`c.zone <> 'EU'`) drops the NULL group as it drops 'EU', with or without parentheses."""
+    """Was: under a LEFT JOIN, `WHERE (c.zone <> 'EU' AND e.v > 0) GROUP BY c.zone` released 'EU' and the NULL group
+    (noisy zeros), where the same WHERE without the parentheses releases 'AM' and 'AS' only. Now both give one
+    release: the released keys are the declared domain plus NULL, and a condition on the key alone that is not true
+    at NULL (`c.zone <> 'EU'`) drops the NULL group as it drops 'EU'."""
     s, con = env
     for where in ("c.zone <> 'EU' AND e.v > 0", "(c.zone <> 'EU' AND e.v > 0)"):
         rows = ask(s, f"SELECT c.zone, COUNT(*) AS n FROM events e LEFT JOIN countries c ON e.cc = c.code WHERE {where} "
@@ -121,6 +120,9 @@ def test_a_left_joined_lookups_null_group_follows_the_key_conditions(env: Any) -
         want = dict(con.execute("SELECT c.zone, COUNT(*) FROM events e LEFT JOIN countries c ON e.cc = c.code WHERE "
                                 "c.zone <> 'EU' AND e.v > 0 GROUP BY c.zone").fetchall())
         assert {r["zone"]: r["n"] for r in rows} == {z: want.get(z, 0) for z in ("AM", "AS")}, where
+
+
+# ------------------------------------------------------------------------------------------- what held up
 
 
 def test_a_null_owner_row_counts_over_the_join_mechanisms_not_the_lookup_route(env: Any) -> None:
