@@ -490,6 +490,17 @@ class _JoinBuilder:
                                 "not a column of a table: a join compares columns of the tables themselves; select the "
                                 "column unchanged in the view and join on it")
                     continue
+                joins = self.stmt.args.get("joins") or []
+                why = ("a JOIN ... USING" if any(j.args.get("using") for j in joins) else
+                       "a LEFT JOIN" if any(j.args.get("side") for j in joins) else None)
+                if why is not None and len({x.table for x in c.find_all(exp.Column)}) <= 1:
+                    # a filter on one input, refused only because the query's ONs are not read as WHERE's conditions:
+                    # the message said its other conditions "filter beside it", then refused, naming neither the cause
+                    # nor the fix (the same condition in WHERE filters the inner join alike)
+                    self.bad(c, f"an inner JOIN's ON holds only equalities between columns (a.x = b.y, joined by AND) in a "
+                                f"query with {why}, which keeps each ON apart from WHERE; move this condition into WHERE "
+                                "(over an inner join it filters alike)")
+                    continue
                 self.bad(c, "only equalities between columns (a.x = b.y, joined by AND) join tables: an inner JOIN's ON needs one, "
                             "and its other conditions filter beside it (non-equi and outer joins are not supported)")
                 continue
