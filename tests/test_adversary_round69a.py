@@ -161,6 +161,38 @@ def test_an_inner_on_filter_beside_using_or_a_left_join_is_refused_naming_the_fi
         ask(s, "SELECT COUNT(*) AS a FROM orders o JOIN lines l USING (oid) JOIN persons p ON o.pid < p.id")
 
 
+@pytest.mark.parametrize("where", ["1 = 0", "e.v > 0 AND (1 = 0)"])
+def test_a_never_true_where_over_a_lookup_joins_thresholded_keys_is_refused_for_free(env: Any, where: str) -> None:
+    """Was: `SELECT e.cc, COUNT(*) FROM events e JOIN regions r ON e.rg = r.rg WHERE 1 = 0 GROUP BY e.cc` (a private
+    key without a declared domain: the sparse histogram, keys above a noisy threshold) was charged and released no
+    row, where the same query on `events` alone is refused for free (docs/sql.md: no group has a row, so none can pass
+    the threshold). The lookup route keeps its WHERE in its join plan, which the check did not read. Now it is
+    refused before the charge, over the join as on one table."""
+    s, _ = env
+    before = s.history().num_rows
+    for sql in (f"SELECT e.cc, COUNT(*) AS n FROM events e WHERE {where} GROUP BY e.cc",
+                f"SELECT e.cc, COUNT(*) AS n FROM events e JOIN regions r ON e.rg = r.rg WHERE {where} GROUP BY e.cc",
+                f"SELECT COALESCE(c.zone, 'x') AS z, COUNT(*) AS n FROM events e LEFT JOIN countries c ON e.cc = c.code "
+                f"WHERE {where} GROUP BY 1"):
+        with pytest.raises(UnsupportedQueryError, match="not true whatever the data"):
+            ask(s, sql)
+    assert s.history().num_rows == before
+
+
+def test_a_never_true_where_over_public_join_keys_still_releases_noisy_zeros(env: Any) -> None:
+    """Negative control: over a public key set (a lookup's column, a CASE of literals, a declared domain) the
+    release has a row per key whatever the data (noisy zeros), so the same WHERE is answered, charged."""
+    s, _ = env
+    for sql in ("SELECT r.rname, COUNT(*) AS n FROM events e JOIN regions r ON e.rg = r.rg WHERE 1 = 0 GROUP BY r.rname",
+                "SELECT CASE WHEN e.v > 0 THEN 'a' ELSE 'b' END AS k, COUNT(*) AS n FROM events e JOIN regions r ON "
+                "e.rg = r.rg WHERE 1 = 0 GROUP BY 1",
+                "SELECT e.kind, COUNT(*) AS n FROM events e JOIN regions r ON e.rg = r.rg WHERE 1 = 0 GROUP BY e.kind",
+                "SELECT c.zone, COUNT(*) AS n FROM events e LEFT JOIN countries c ON e.cc = c.code WHERE 1 = 0 "
+                "GROUP BY c.zone"):
+        rows = ask(s, sql).to_pylist()
+        assert rows and all(r["n"] == 0 for r in rows), sql
+
+
 # ------------------------------------------------------------------------------------------- what held up
 
 
