@@ -419,7 +419,9 @@ def no_row_refusal(backend: _Runs, plan: ir.QueryPlan, key_domain: Callable[[], 
     if not plan.keys or plan.public_keys or where_of is None:
         return None
     where = _constant_conjuncts(where_of)
-    columns = satisfiable.one_column_groups(plan.where, plan.table.schema) if plan.join is None else {}
+    # (a lookup join's WHERE names the joined relation's columns `alias__column`, its one-table plan's schema too)
+    columns = satisfiable.one_column_groups(where_of, plan.table.schema) \
+        if plan.join is None or joined_where is not None else {}
     if (where or columns) and key_domain() is None:  # (a large declared domain has no key set here either)
         for c in where:
             try:
@@ -433,13 +435,27 @@ def no_row_refusal(backend: _Runs, plan: ir.QueryPlan, key_domain: Callable[[], 
                     "nothing was charged", hint="drop the condition (explain shows the cost for free)")
         for name, conjuncts in columns.items():
             if not _some_value_meets(backend, name, plan.table.schema[name], conjuncts):
-                text = " AND ".join(c.sql(dialect="duckdb") for c in conjuncts)
+                text = " AND ".join(_as_qualified(c).sql(dialect="duckdb") for c in conjuncts)
+                shown = _as_qualified(exp.column(name)).sql(dialect="duckdb")
                 return UnsupportedQueryError(
-                    f"WHERE {text} holds for no value of column {name!r} ({plan.table.schema[name]}), so no group has "
+                    f"WHERE {text} holds for no value of column {shown!r} ({plan.table.schema[name]}), so no group has "
                     "a row and none can pass the release threshold: the release would have no row, and be charged "
                     "for nothing; nothing was charged", hint="check the conditions on the column (explain shows the "
                     "cost for free)")
     return None
+
+
+def _as_qualified(cond: exp.Expression) -> exp.Expression:
+    """A condition over a joined relation's columns (``e__v``) as the query names them (``e.v``); others unchanged."""
+    from dpsql.plan.joins import SEP
+
+    def back(n: exp.Expression) -> exp.Expression:
+        if isinstance(n, exp.Column) and not n.table and SEP in n.name:
+            alias, column = n.name.split(SEP, 1)
+            return exp.column(column, table=alias)
+        return n
+
+    return cond.copy().transform(back)
 
 
 def _some_value_meets(backend: _Runs, name: str, type_name: str, conjuncts: list[exp.Expression]) -> bool:
