@@ -45,7 +45,7 @@ def ask(s: Any, sql: str, **kw: Any) -> Any:
 
 # ------------------------------------------------------------------------------------------- the fuzzer itself
 
-#: 3 seeds x 10 queries (a third of them also asked of a neighbour); the review ran some 2 000 more
+#: 3 seeds x 10 queries (a third of them also asked of a neighbour); more: python tests/_join_oracle_fuzz.py N SEED COUNT
 SEEDS = [1013, 1015, 1016]
 
 
