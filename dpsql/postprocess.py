@@ -386,18 +386,25 @@ def refuse_no_row(backend: _Runs, route: Any) -> None:
     """Raise :func:`no_row_refusal` of a query sent alone (a route: its plan, mechanism and calibration); a query of
     several groupings is refused so only with the others (``dpsql.groupings``)."""
     if route.request.plan is not None:
-        refusal = no_row_refusal(backend, route.request.plan, lambda: route.mechanism.key_domain(route.calibration))
+        from dpsql.mechanisms.lookup import LookupJoin
+
+        # a lookup join answered on the one-table path keeps its WHERE in its join plan: `WHERE 1 = 0 GROUP BY e.cc`
+        # over `events e JOIN regions r` was charged and released no row, where the same query on `events` is refused
+        joined = route.mechanism.jp.where if isinstance(route.mechanism, LookupJoin) else None
+        refusal = no_row_refusal(backend, route.request.plan, lambda: route.mechanism.key_domain(route.calibration),
+                                 joined)
         if refusal is not None:
             raise refusal
 
 
-def no_row_refusal(backend: _Runs, plan: ir.QueryPlan,
-                   key_domain: Callable[[], pa.Table | None]) -> UnsupportedQueryError | None:
+def no_row_refusal(backend: _Runs, plan: ir.QueryPlan, key_domain: Callable[[], pa.Table | None],
+                   joined_where: exp.Expression | None = None) -> UnsupportedQueryError | None:
     """The free refusal of a release that has no row whatever the data (it would be charged for nothing, as LIMIT 0),
     or None: a HAVING with a conjunct that reads nothing and is not true (every released row is dropped); over keys
     released above a noisy threshold (no public key set), a WHERE with such a conjunct (no group has a row, so none passes the threshold; over public keys the release is noisy
     zeros, and without GROUP BY a noisy count, both answered). Reads the SQL and public one-row relations only.
-    ``key_domain``: the mechanism's public key set (None: none), asked only where needed. A query of several
+    ``key_domain``: the mechanism's public key set (None: none), asked only where needed; ``joined_where``: a lookup
+    join's WHERE, over the joined relation (its one-table plan's own is None). A query of several
     groupings is refused so only when each of its queries is (``dpsql.groupings``: ``GROUPING(k) = 1`` is ``0 = 1``
     in the query grouping by k, and the total still has its row)."""
     if not plan.aggregates and plan.public_keys:
@@ -408,10 +415,13 @@ def no_row_refusal(backend: _Runs, plan: ir.QueryPlan,
                 f"HAVING {c.sql(dialect='duckdb')} is not true whatever the data, so it drops every row of the release, "
                 "which would be charged for nothing; nothing was charged",
                 hint="drop the condition (explain shows the cost for free)")
-    if not plan.keys or plan.public_keys or plan.where is None:
+    where_of = plan.where if joined_where is None else joined_where
+    if not plan.keys or plan.public_keys or where_of is None:
         return None
-    where = _constant_conjuncts(plan.where)
-    columns = satisfiable.one_column_groups(plan.where, plan.table.schema) if plan.join is None else {}
+    where = _constant_conjuncts(where_of)
+    # (a lookup join's WHERE names the joined relation's columns `alias__column`, its one-table plan's schema too)
+    columns = satisfiable.one_column_groups(where_of, plan.table.schema) \
+        if plan.join is None or joined_where is not None else {}
     if (where or columns) and key_domain() is None:  # (a large declared domain has no key set here either)
         for c in where:
             try:
@@ -425,13 +435,27 @@ def no_row_refusal(backend: _Runs, plan: ir.QueryPlan,
                     "nothing was charged", hint="drop the condition (explain shows the cost for free)")
         for name, conjuncts in columns.items():
             if not _some_value_meets(backend, name, plan.table.schema[name], conjuncts):
-                text = " AND ".join(c.sql(dialect="duckdb") for c in conjuncts)
+                text = " AND ".join(_as_qualified(c).sql(dialect="duckdb") for c in conjuncts)
+                shown = _as_qualified(exp.column(name)).sql(dialect="duckdb")
                 return UnsupportedQueryError(
-                    f"WHERE {text} holds for no value of column {name!r} ({plan.table.schema[name]}), so no group has "
+                    f"WHERE {text} holds for no value of column {shown!r} ({plan.table.schema[name]}), so no group has "
                     "a row and none can pass the release threshold: the release would have no row, and be charged "
                     "for nothing; nothing was charged", hint="check the conditions on the column (explain shows the "
                     "cost for free)")
     return None
+
+
+def _as_qualified(cond: exp.Expression) -> exp.Expression:
+    """A condition over a joined relation's columns (``e__v``) as the query names them (``e.v``); others unchanged."""
+    from dpsql.plan.joins import SEP
+
+    def back(n: exp.Expression) -> exp.Expression:
+        if isinstance(n, exp.Column) and not n.table and SEP in n.name:
+            alias, column = n.name.split(SEP, 1)
+            return exp.column(column, table=alias)
+        return n
+
+    return cond.copy().transform(back)
 
 
 def _some_value_meets(backend: _Runs, name: str, type_name: str, conjuncts: list[exp.Expression]) -> bool:

@@ -490,6 +490,17 @@ class _JoinBuilder:
                                 "not a column of a table: a join compares columns of the tables themselves; select the "
                                 "column unchanged in the view and join on it")
                     continue
+                joins = self.stmt.args.get("joins") or []
+                why = ("a JOIN ... USING" if any(j.args.get("using") for j in joins) else
+                       "a LEFT JOIN" if any(j.args.get("side") for j in joins) else None)
+                if why is not None and len({x.table for x in c.find_all(exp.Column)}) <= 1:
+                    # a filter on one input, refused only because the query's ONs are not read as WHERE's conditions:
+                    # the message said its other conditions "filter beside it", then refused, naming neither the cause
+                    # nor the fix (the same condition in WHERE filters the inner join alike)
+                    self.bad(c, f"an inner JOIN's ON holds only equalities between columns (a.x = b.y, joined by AND) in a "
+                                f"query with {why}, which keeps each ON apart from WHERE; move this condition into WHERE "
+                                "(over an inner join it filters alike)")
+                    continue
                 self.bad(c, "only equalities between columns (a.x = b.y, joined by AND) join tables: an inner JOIN's ON needs one, "
                             "and its other conditions filter beside it (non-equi and outer joins are not supported)")
                 continue
@@ -1044,7 +1055,10 @@ class _JoinBuilder:
         by_sql.update({spelled(k.written): k.name for k in self.keys
                        if k.kind == "derived" and isinstance(k.written, exp.Column)})
         kept: list[exp.Expression] = []
-        for c in where_flat.flatten() if isinstance(where_flat, exp.And) else [where_flat]:
+        # the conjuncts through parentheses too (`(o.st <> 'open' AND p.age > 3)` is `o.st <> 'open' AND p.age > 3`):
+        # read whole, the group was no condition on the keys alone, so a key it excludes was released as a noisy 0,
+        # and a WHERE excluding every key was charged where the same WHERE without the parentheses is refused for free
+        for c in where_conjuncts(where_flat):
             try:
                 typed = type_predicate(c, self.flat_schema, "WHERE")
             except TypeRefusal:
@@ -1551,3 +1565,14 @@ def _over_windows(node: exp.Expression, post: Callable[[exp.Expression], exp.Exp
         done.append(w)
     return outer.transform(lambda x: done[int(x.name.rsplit("_", 1)[1])].copy()
                            if isinstance(x, exp.Var) and x.name.startswith("__dpsql_window_") else x)
+
+
+def where_conjuncts(cond: exp.Expression | None) -> list[exp.Expression]:
+    """The AND-ed terms of a condition, also inside parentheses: the same conjunction however it is grouped."""
+    while isinstance(cond, exp.Paren):
+        cond = cond.this
+    if cond is None:
+        return []
+    if not isinstance(cond, exp.And):
+        return [cond]
+    return [c for part in cond.flatten() for c in where_conjuncts(part)]

@@ -102,7 +102,7 @@ from dpsql.catalog import TableSpec
 from dpsql.engine.base import SqlOps, source_name, text_digest_of
 from dpsql.errors import UnsupportedQueryError
 from dpsql.plan import ir
-from dpsql.plan.joins import SEP, _direct, _type_family, flat, join_sequence
+from dpsql.plan.joins import SEP, _direct, _type_family, flat, join_sequence, where_conjuncts
 from dpsql.plan.joins import parts as key_parts
 from dpsql.plan.typer import CAST_FROM, DIGEST_TYPE, TypeRefusal, type_checked, type_predicate
 from dpsql.rewrite.bound import (
@@ -928,7 +928,7 @@ def _split_where(jp: ir.JoinPlan) -> tuple[dict[str, list[exp.Expression]], list
     rows the query drops anyway), and the rest (applied to the join)."""
     if jp.where is None:
         return {}, []
-    conjuncts = list(jp.where.flatten()) if isinstance(jp.where, exp.And) else [jp.where]
+    conjuncts = where_conjuncts(jp.where)  # (through parentheses: one conjunction however it is grouped)
     local: dict[str, list[exp.Expression]] = {}
     top: list[exp.Expression] = []
     for c in conjuncts:
