@@ -435,8 +435,9 @@ def no_row_refusal(backend: _Runs, plan: ir.QueryPlan, key_domain: Callable[[], 
                     "nothing was charged", hint="drop the condition (explain shows the cost for free)")
         for name, conjuncts in columns.items():
             if not _some_value_meets(backend, name, plan.table.schema[name], conjuncts):
-                text = " AND ".join(_as_qualified(c).sql(dialect="duckdb") for c in conjuncts)
-                shown = _as_qualified(exp.column(name)).sql(dialect="duckdb")
+                named = _as_qualified if joined_where is not None else (lambda c: c)  # (a one-table column may hold __)
+                text = " AND ".join(named(c).sql(dialect="duckdb") for c in conjuncts)
+                shown = named(exp.column(name)).sql(dialect="duckdb")
                 return UnsupportedQueryError(
                     f"WHERE {text} holds for no value of column {shown!r} ({plan.table.schema[name]}), so no group has "
                     "a row and none can pass the release threshold: the release would have no row, and be charged "
