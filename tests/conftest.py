@@ -277,12 +277,6 @@ EXTENDED = {
     "test_spark_join_group_expressions.py::test_a_counted_out_day_range_is_the_same_on_both_engines":
         "the same file's zero-noise releases of derived keys on both engines, and the counted-out ranges on DuckDB "
         "(test_adversary_join_group_expressions.py)",
-    **{f"test_spark.py::test_bounded_aggregates_are_the_same_on_duckdb_and_spark[{name}]":
-       f"the same form over all rows on both engines ([{twin}]), and the grouped form's bounding on DuckDB"
-       for name, twin in (("count_distinct_expr", "count_distinct_expr_one_row"),
-                          ("count_distinct_row", "count_distinct_row_one_row"),
-                          ("count_distinct_nulls", "count_distinct_nulls_one_row"),
-                          ("count_expr_sparse", "count_expr; sparse_keys"))},
     "test_hostile_fuzz.py::test_outcomes_do_not_depend_on_one_user[1]":
         "the other half of the same corpus and generated expressions ([0])",
     "test_hostile_fuzz.py::test_outcomes_do_not_depend_on_one_user[2]":
