@@ -845,6 +845,12 @@ def _zero_bytes(path: str) -> bool:
         st = os.stat(path)
     except OSError:
         return False
+    try:  # the process's own standard output redirected onto it (``>> data/part-2.csv``, which made it): no job is
+        # writing it, and a retry would make it again (refused as any other empty source, exit 2)
+        if os.path.samestat(st, os.fstat(1)):
+            return False
+    except (OSError, ValueError):
+        pass
     return stat.S_ISREG(st.st_mode) and st.st_size == 0
 
 

@@ -164,6 +164,12 @@ class LookupJoin:
     """A one-table mechanism (Gaussian, Laplace, sparse histogram) reading the joined relation of a lookup
     join: its bounded query with the capped join as its first CTE (:data:`VIEW`)."""
 
+    @property
+    def joined_where(self) -> exp.Expression | None:
+        """The query's WHERE over the joined relation (``postprocess.refuse_no_row`` reads it: the one-table plan's
+        own WHERE is None)."""
+        return self.jp.where
+
     def __init__(self, inner: Mechanism, jp: ir.JoinPlan, people: PeopleBound, catalog: Mapping[str, TableSpec], *,
                  people_count: bool = False) -> None:
         self.inner, self.jp, self.catalog = inner, jp, dict(catalog)
