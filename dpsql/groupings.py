@@ -661,8 +661,11 @@ def _refuse_no_row_at_all(session: Any, g: Composite, routes: list[Any]) -> None
     for i, (sql, r) in enumerate(zip(g.components, routes, strict=True)):
         if r.request.plan is None:
             return
+        # a lookup join's WHERE is its mechanism's (as for a query sent alone): `... JOIN regions r ON ... WHERE 1 = 0
+        # GROUP BY ROLLUP (e.cc)` was charged for no row where its single grouping is refused
         refusal = postprocess.no_row_refusal(session._engine, r.request.plan,
-                                             functools.partial(r.mechanism.key_domain, r.calibration))
+                                             functools.partial(r.mechanism.key_domain, r.calibration),
+                                             *postprocess.lookup_where(session._engine, r.mechanism))
         if refusal is None:
             return
         if first is None:

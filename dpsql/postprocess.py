@@ -18,6 +18,7 @@ Two uses:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import threading
 from collections import OrderedDict
@@ -389,21 +390,30 @@ def refuse_no_row(backend: _Runs, route: Any) -> None:
         # a lookup join answered on the one-table path keeps its WHERE in its join plan (``joined_where``, of that
         # mechanism only): `WHERE 1 = 0 GROUP BY e.cc` over `events e JOIN regions r` was charged and released no row,
         # where the same query on `events` is refused
-        joined = getattr(route.mechanism, "joined_where", None)
         refusal = no_row_refusal(backend, route.request.plan, lambda: route.mechanism.key_domain(route.calibration),
-                                 joined)
+                                 *lookup_where(backend, route.mechanism))
         if refusal is not None:
             raise refusal
 
 
+def lookup_where(backend: _Runs, mechanism: Any) -> tuple[exp.Expression | None, Callable[[], Any] | None]:
+    """A lookup join's WHERE over the joined relation and its check of the public lookups' rows (``joined_where``
+    and ``no_public_row`` of that mechanism only; (None, None) for any other), as :func:`no_row_refusal` takes them."""
+    joined = getattr(mechanism, "joined_where", None)
+    public = getattr(mechanism, "no_public_row", None)
+    return joined, (None if public is None or joined is None else functools.partial(public, backend))
+
+
 def no_row_refusal(backend: _Runs, plan: ir.QueryPlan, key_domain: Callable[[], pa.Table | None],
-                   joined_where: exp.Expression | None = None) -> UnsupportedQueryError | None:
+                   joined_where: exp.Expression | None = None,
+                   no_public_row: Callable[[], Any] | None = None) -> UnsupportedQueryError | None:
     """The free refusal of a release that has no row whatever the data (it would be charged for nothing, as LIMIT 0),
     or None: a HAVING with a conjunct that reads nothing and is not true (every released row is dropped); over keys
     released above a noisy threshold (no public key set), a WHERE with such a conjunct (no group has a row, so none passes the threshold; over public keys the release is noisy
     zeros, and without GROUP BY a noisy count, both answered). Reads the SQL and public one-row relations only.
     ``key_domain``: the mechanism's public key set (None: none), asked only where needed; ``joined_where``: a lookup
-    join's WHERE, over the joined relation (its one-table plan's own is None). A query of several
+    join's WHERE, over the joined relation (its one-table plan's own is None); ``no_public_row``: that join's
+    refusal of a WHERE keeping no row of a public lookup (public rows only), or None. A query of several
     groupings is refused so only when each of its queries is (``dpsql.groupings``: ``GROUPING(k) = 1`` is ``0 = 1``
     in the query grouping by k, and the total still has its row)."""
     if not plan.aggregates and plan.public_keys:
@@ -421,7 +431,7 @@ def no_row_refusal(backend: _Runs, plan: ir.QueryPlan, key_domain: Callable[[], 
     # (a lookup join's WHERE names the joined relation's columns `alias__column`, its one-table plan's schema too)
     columns = satisfiable.one_column_groups(where_of, plan.table.schema) \
         if plan.join is None or joined_where is not None else {}
-    if (where or columns) and key_domain() is None:  # (a large declared domain has no key set here either)
+    if (where or columns or no_public_row is not None) and key_domain() is None:  # (a large declared domain has no key set here either)
         for c in where:
             try:
                 typed = type_predicate(c, {}, "WHERE")  # (the total rendering the bounded query runs)
@@ -442,6 +452,10 @@ def no_row_refusal(backend: _Runs, plan: ir.QueryPlan, key_domain: Callable[[], 
                     "a row and none can pass the release threshold: the release would have no row, and be charged "
                     "for nothing; nothing was charged", hint="check the conditions on the column (explain shows the "
                     "cost for free)")
+        if no_public_row is not None:
+            refused = no_public_row()
+            if isinstance(refused, UnsupportedQueryError):
+                return refused
     return None
 
 

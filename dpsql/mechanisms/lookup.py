@@ -170,6 +170,47 @@ class LookupJoin:
         own WHERE is None)."""
         return self.jp.where
 
+    def no_public_row(self, backend: Any) -> Exception | None:
+        """The free refusal of a WHERE whose conjuncts over one public lookup's columns alone keep none of its rows
+        (``postprocess.no_row_refusal`` asks it over keys released above a noisy threshold only), or None. A tuple of
+        the join holds one of that table's rows (inner join), or, LEFT joined, one or NULLs: when neither any public
+        row nor (LEFT) a row of NULLs meets those conjuncts, no tuple does, and the release has no row whatever the
+        data. Reads the public table's rows only (``PublicReads``), one row at most; not decided (None) on any
+        failure."""
+        from dpsql.engine import PublicReads
+        from dpsql.errors import UnsupportedQueryError
+        from dpsql.plan.joins import SEP
+        from dpsql.rewrite.bound import guard
+        from dpsql.rewrite.joins import _split_where
+
+        local, _ = _split_where(self.jp)
+        inputs, schema = dict(self.jp.inputs), dict(self.jp.flat_schema)
+        reads = PublicReads(backend, self.catalog)
+        for alias, conds in sorted(local.items()):
+            t = self.catalog.get(inputs.get(alias, ""))
+            if t is None or not t.public or not t.view:
+                continue
+            try:
+                cols = sorted({c.name.split(SEP, 1)[1] for e in conds for c in e.find_all(exp.Column)})
+                rows: exp.Expression = exp.select(*[exp.alias_(exp.column(c, quoted=True), flat(alias, c))
+                                                    for c in cols]).from_(exp.to_table(t.view, quoted=True))
+                if alias in self.jp.left:  # (its row of NULLs where no lookup row matched)
+                    rows = exp.union(rows, exp.select(*[exp.alias_(exp.cast(exp.null(), schema[flat(alias, c)]),
+                                                                   flat(alias, c)) for c in cols]), distinct=False)
+                q = exp.select("1").from_(rows.subquery("__p")).where(*[guard(c.copy(), schema) for c in conds]).limit(1)
+                if reads.fetch_arrow(q, what="the public lookup's rows").num_rows > 0:
+                    continue
+            except Exception:  # (a condition or type the engine cannot hold here): not decided, the query runs
+                continue
+            text = " AND ".join(_qualified(c).sql(dialect="duckdb") for c in conds)
+            return UnsupportedQueryError(
+                f"WHERE {text} keeps no row of the public table {t.name!r} ({alias})"
+                + (" nor its row of NULLs (LEFT JOIN)" if alias in self.jp.left else "")
+                + ", so no group has a row and none can pass the release threshold: the release would have no row "
+                "whatever the data, and be charged for nothing; nothing was charged",
+                hint="check the conditions on the public table's columns (explain shows the cost for free)")
+        return None
+
     def __init__(self, inner: Mechanism, jp: ir.JoinPlan, people: PeopleBound, catalog: Mapping[str, TableSpec], *,
                  people_count: bool = False) -> None:
         self.inner, self.jp, self.catalog = inner, jp, dict(catalog)
@@ -245,3 +286,16 @@ class LookupJoin:
 
     def release(self, calibration: Any, bounded: Any, rng: Any) -> Any:
         return self.inner.release(calibration, bounded, rng)
+
+
+def _qualified(cond: exp.Expression) -> exp.Expression:
+    """A condition over the joined relation's columns (``r__rname``) as the query names them (``r.rname``)."""
+    from dpsql.plan.joins import SEP
+
+    def back(n: exp.Expression) -> exp.Expression:
+        if isinstance(n, exp.Column) and not n.table and SEP in n.name:
+            alias, column = n.name.split(SEP, 1)
+            return exp.column(column, table=alias)
+        return n
+
+    return cond.copy().transform(back)
