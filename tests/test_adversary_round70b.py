@@ -9,7 +9,7 @@ charged for nothing. Two forms over a lookup join (a private table joined with p
   ((e.cc), (e.cc, e.kind))` was charged, where its single grouping is refused for free;
 * a WHERE whose conditions on a public lookup's columns alone keep none of its rows (`r.rname = 'ATLANTIS'` where no
   region is so named) was charged and released nothing. The lookup's rows are public: that no row of it (nor, LEFT
-  joined, its row of NULLs) meets those conditions is decided from them alone, one row read at most.
+  joined, its row of NULLs) meets those conditions is decided from them alone (one count of them).
 """
 
 from __future__ import annotations

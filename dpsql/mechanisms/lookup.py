@@ -175,8 +175,8 @@ class LookupJoin:
         (``postprocess.no_row_refusal`` asks it over keys released above a noisy threshold only), or None. A tuple of
         the join holds one of that table's rows (inner join), or, LEFT joined, one or NULLs: when neither any public
         row nor (LEFT) a row of NULLs meets those conjuncts, no tuple does, and the release has no row whatever the
-        data. Reads the public table's rows only (``PublicReads``), one row at most; not decided (None) on any
-        failure."""
+        data. Reads the public table's rows only (``PublicReads``: one count of them, as a grouped join's key set
+        is read); not decided (None) on any failure."""
         from dpsql.engine import PublicReads
         from dpsql.errors import UnsupportedQueryError
         from dpsql.plan.joins import SEP
@@ -197,8 +197,10 @@ class LookupJoin:
                 if alias in self.jp.left:  # (its row of NULLs where no lookup row matched)
                     rows = exp.union(rows, exp.select(*[exp.alias_(exp.cast(exp.null(), schema[flat(alias, c)]),
                                                                    flat(alias, c)) for c in cols]), distinct=False)
-                q = exp.select("1").from_(rows.subquery("__p")).where(*[guard(c.copy(), schema) for c in conds]).limit(1)
-                if reads.fetch_arrow(q, what="the public lookup's rows").num_rows > 0:
+                # (a count, one row: Spark's lowering refuses LIMIT; the public table is scanned once, as its key set is)
+                q = exp.select(exp.alias_(exp.Count(this=exp.Star()), "__n")).from_(rows.subquery("__p")).where(
+                    *[guard(c.copy(), schema) for c in conds])
+                if reads.fetch_arrow(q, what="the public lookup's rows").column(0)[0].as_py() != 0:
                     continue
             except Exception:  # (a condition or type the engine cannot hold here): not decided, the query runs
                 continue
