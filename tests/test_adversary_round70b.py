@@ -157,3 +157,30 @@ def test_the_decision_reads_the_public_rows_only(env: Any) -> None:
         answered(s, f"SELECT e.cc, COUNT(*) AS n {J} WHERE r.rname = 'ATLANTIS' GROUP BY e.cc")
     finally:
         s.close()
+
+
+def test_text_conditions_are_decided_as_the_release_compares_text() -> None:
+    """Under a connection whose default collation is NOCASE the release still compares text under the binary collation
+    (`c.region = 'north'` keeps no 'North' row; `c.region < 'a'` keeps 'North'): the check decides the same, refusing
+    the first for free and answering the second, inner or LEFT joined."""
+    import duckdb
+
+    import dpsql
+    from dpsql.testing import use_noise, zero_noise
+
+    con = duckdb.connect()
+    con.execute("SET default_collation = 'nocase'")
+    s = dpsql.Session(budget=dpsql.Budget(1e9, 0.9), connection=con)
+    try:
+        use_noise(s, zero_noise(23))
+        s.register("codes_t", pa.table({"code": ["k0", "k1"], "region": ["North", "South"]}), public=True)
+        s.register("events_t", pa.table({"uid": [u for u in range(60) for _ in range(2)],
+                                         "cc": [f"k{(u + j) % 4}" for u in range(60) for j in range(2)]}),
+                   privacy_unit="uid", references={"cc": "codes_t.code"})
+        for j in ("JOIN", "LEFT JOIN"):
+            sql = f"SELECT e.cc AS k, COUNT(*) AS n FROM events_t e {j} codes_t c ON e.cc = c.code WHERE {{}} GROUP BY e.cc"
+            refused_for_free(s, sql.format("c.region = 'north'"), "keeps no row of the public table 'codes_t'")
+            assert {r["k"] for r in answered(s, sql.format("c.region < 'a'"))} == {"k0", "k1"}
+    finally:
+        s.close()
+        con.close()
