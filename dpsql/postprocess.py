@@ -386,14 +386,18 @@ def refuse_no_row(backend: _Runs, route: Any) -> None:
     """Raise :func:`no_row_refusal` of a query sent alone (a route: its plan, mechanism and calibration); a query of
     several groupings is refused so only with the others (``dpsql.groupings``)."""
     if route.request.plan is not None:
-        # a lookup join answered on the one-table path keeps its WHERE in its join plan (``joined_where``, of that
-        # mechanism only): `WHERE 1 = 0 GROUP BY e.cc` over `events e JOIN regions r` was charged and released no row,
-        # where the same query on `events` is refused
-        joined = getattr(route.mechanism, "joined_where", None)
-        refusal = no_row_refusal(backend, route.request.plan, lambda: route.mechanism.key_domain(route.calibration),
-                                 joined)
+        refusal = route_no_row_refusal(backend, route)
         if refusal is not None:
             raise refusal
+
+
+def route_no_row_refusal(backend: _Runs, route: Any) -> UnsupportedQueryError | None:
+    """:func:`no_row_refusal` of a route whose plan is not None (alone, or one of several groupings)."""
+    # a lookup join answered on the one-table path keeps its WHERE in its join plan (``joined_where``, of that
+    # mechanism only): `WHERE 1 = 0 GROUP BY e.cc` over `events e JOIN regions r` was charged and released no row,
+    # where the same query on `events` is refused (so was each query of its GROUPING SETS)
+    joined = getattr(route.mechanism, "joined_where", None)
+    return no_row_refusal(backend, route.request.plan, lambda: route.mechanism.key_domain(route.calibration), joined)
 
 
 def no_row_refusal(backend: _Runs, plan: ir.QueryPlan, key_domain: Callable[[], pa.Table | None],
