@@ -439,7 +439,10 @@ def no_row_refusal(backend: _Runs, plan: ir.QueryPlan, key_domain: Callable[[], 
         for name, conjuncts in columns.items():
             if not _some_value_meets(backend, name, plan.table.schema[name], conjuncts):
                 named = _as_qualified if joined_where is not None else (lambda c: c)  # (a one-table column may hold __)
-                text = " AND ".join(named(c).sql(dialect="duckdb") for c in conjuncts)
+                # (an OR among them in its parentheses: `(v > 5 OR v IS NULL) AND v < 3` was shown without them, a
+                # condition that v = 6 meets)
+                text = " AND ".join((exp.Paren(this=named(c)) if isinstance(c, exp.Connector) and len(conjuncts) > 1
+                                     else named(c)).sql(dialect="duckdb") for c in conjuncts)
                 shown = named(exp.column(name)).sql(dialect="duckdb")
                 return UnsupportedQueryError(
                     f"WHERE {text} holds for no value of column {shown!r} ({plan.table.schema[name]}), so no group has "

@@ -92,3 +92,14 @@ def test_an_inner_on_filter_beside_using_is_refused_naming_the_fix(env: Any, on:
     msg = refused_for_free(s, USING.format(on) + " GROUP BY o.st")
     assert "move this condition into WHERE" in msg and cond in msg and "filter beside it" not in msg
     ask(s, USING.format("o.pid = p.id") + f" WHERE {cond} GROUP BY o.st")  # (where it is answered)
+
+
+def test_the_no_row_refusal_shows_an_or_among_the_conditions_in_its_parentheses(env: Any) -> None:
+    # (it showed `c.pop > 5 OR c.pop IS NULL AND c.pop < 3`, a condition that c.pop = 6 meets)
+    s, _ = env
+    sql = ("SELECT e.cc, COUNT(*) FROM events e LEFT JOIN countries c ON e.cc = c.code "
+           "WHERE (c.pop > 5 OR c.pop IS NULL) AND c.pop < 3 GROUP BY e.cc")
+    msg = refused_for_free(s, sql)
+    assert "WHERE (c.pop > 5 OR c.pop IS NULL) AND c.pop < 3 holds for no value of column 'c.pop'" in msg
+    one = refused_for_free(s, "SELECT cc, COUNT(*) FROM events WHERE (v > 5 OR v IS NULL) AND v < 3 AND v < 4 GROUP BY cc")
+    assert "WHERE (v > 5 OR v IS NULL) AND v < 3 AND v < 4 holds for no value" in one
