@@ -103,3 +103,28 @@ def test_the_no_row_refusal_shows_an_or_among_the_conditions_in_its_parentheses(
     assert "WHERE (c.pop > 5 OR c.pop IS NULL) AND c.pop < 3 holds for no value of column 'c.pop'" in msg
     one = refused_for_free(s, "SELECT cc, COUNT(*) FROM events WHERE (v > 5 OR v IS NULL) AND v < 3 AND v < 4 GROUP BY cc")
     assert "WHERE (v > 5 OR v IS NULL) AND v < 3 AND v < 4 holds for no value" in one
+
+
+def test_a_csv_file_read_empty_that_has_bytes_by_the_check_is_an_input_being_written(tmp_path: Path, monkeypatch: Any) -> None:
+    # (a job wrote its first bytes between the header's read, which found none, and the size check: it was refused as
+    # an empty CSV file, exit 2, where the same file a moment earlier was an input not there yet, exit 66)
+    import gzip
+    import io
+
+    import dpsql.engine._duckdb_sources as src
+    from dpsql.errors import ConfigError, InputUnavailableError
+
+    written = tmp_path / "part-1.csv"
+    written.write_text("id,v\n1,2\n")
+    monkeypatch.setattr(src, "open", lambda *a, **k: io.BytesIO(b""), raising=False)  # read before its first bytes
+    with pytest.raises(InputUnavailableError):
+        src._csv_header(str(written), ",")
+    monkeypatch.undo()
+    # negative controls: a file holding a byte-order mark only, or a gzip stream of no text, stays empty (exit 2)
+    bom, none = tmp_path / "bom.csv", tmp_path / "none.csv.gz"
+    bom.write_bytes(b"\xef\xbb\xbf")
+    none.write_bytes(gzip.compress(b""))
+    for p in (bom, none):
+        with pytest.raises(ConfigError) as e:
+            src._csv_header(str(p), ",")
+        assert not isinstance(e.value, InputUnavailableError)
