@@ -65,7 +65,7 @@ def test_grouping_sets_over_a_lookup_join_that_keeps_no_row_are_refused_for_free
 
 def test_grouping_sets_over_a_lookup_join_whose_where_holds_at_null_are_answered(env: Any) -> None:
     # (negative control: under a LEFT JOIN the lookup's column is NULL where no row matched, and NULL meets this WHERE)
-    s, con = env
+    s, _ = env
     sql = SETS.format("(c.pop > 5 OR c.pop IS NULL) AND (c.pop < 3 OR c.pop IS NULL)").replace(" JOIN ", " LEFT JOIN ")
     before = s.history().num_rows
     ask(s, sql)
