@@ -37,7 +37,6 @@ types whose combination a value could fail to convert to (``_widens``).
 from __future__ import annotations
 
 import contextlib
-import functools
 import itertools
 import re
 from collections import Counter
@@ -661,11 +660,7 @@ def _refuse_no_row_at_all(session: Any, g: Composite, routes: list[Any]) -> None
     for i, (sql, r) in enumerate(zip(g.components, routes, strict=True)):
         if r.request.plan is None:
             return
-        # a lookup join's WHERE is its mechanism's (as for a query sent alone): `... JOIN regions r ON ... WHERE 1 = 0
-        # GROUP BY ROLLUP (e.cc)` was charged for no row where its single grouping is refused
-        refusal = postprocess.no_row_refusal(session._engine, r.request.plan,
-                                             functools.partial(r.mechanism.key_domain, r.calibration),
-                                             *postprocess.lookup_where(session._engine, r.mechanism))
+        refusal = postprocess.route_no_row_refusal(session._engine, r)  # (a lookup join's WHERE too)
         if refusal is None:
             return
         if first is None:

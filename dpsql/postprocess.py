@@ -387,13 +387,18 @@ def refuse_no_row(backend: _Runs, route: Any) -> None:
     """Raise :func:`no_row_refusal` of a query sent alone (a route: its plan, mechanism and calibration); a query of
     several groupings is refused so only with the others (``dpsql.groupings``)."""
     if route.request.plan is not None:
-        # a lookup join answered on the one-table path keeps its WHERE in its join plan (``joined_where``, of that
-        # mechanism only): `WHERE 1 = 0 GROUP BY e.cc` over `events e JOIN regions r` was charged and released no row,
-        # where the same query on `events` is refused
-        refusal = no_row_refusal(backend, route.request.plan, lambda: route.mechanism.key_domain(route.calibration),
-                                 *lookup_where(backend, route.mechanism))
+        refusal = route_no_row_refusal(backend, route)
         if refusal is not None:
             raise refusal
+
+
+def route_no_row_refusal(backend: _Runs, route: Any) -> UnsupportedQueryError | None:
+    """:func:`no_row_refusal` of a route whose plan is not None (alone, or one of several groupings)."""
+    # a lookup join answered on the one-table path keeps its WHERE in its join plan (``joined_where``, of that
+    # mechanism only): `WHERE 1 = 0 GROUP BY e.cc` over `events e JOIN regions r` was charged and released no row,
+    # where the same query on `events` is refused (so was each query of its GROUPING SETS)
+    return no_row_refusal(backend, route.request.plan, lambda: route.mechanism.key_domain(route.calibration),
+                          *lookup_where(backend, route.mechanism))
 
 
 def lookup_where(backend: _Runs, mechanism: Any) -> tuple[exp.Expression | None, Callable[[], Any] | None]:
@@ -445,7 +450,10 @@ def no_row_refusal(backend: _Runs, plan: ir.QueryPlan, key_domain: Callable[[], 
         for name, conjuncts in columns.items():
             if not _some_value_meets(backend, name, plan.table.schema[name], conjuncts):
                 named = _as_qualified if joined_where is not None else (lambda c: c)  # (a one-table column may hold __)
-                text = " AND ".join(named(c).sql(dialect="duckdb") for c in conjuncts)
+                # (an OR among them in its parentheses: `(v > 5 OR v IS NULL) AND v < 3` was shown without them, a
+                # condition that v = 6 meets)
+                text = " AND ".join((exp.Paren(this=named(c)) if isinstance(c, exp.Connector) and len(conjuncts) > 1
+                                     else named(c)).sql(dialect="duckdb") for c in conjuncts)
                 shown = named(exp.column(name)).sql(dialect="duckdb")
                 return UnsupportedQueryError(
                     f"WHERE {text} holds for no value of column {shown!r} ({plan.table.schema[name]}), so no group has "

@@ -659,6 +659,7 @@ def _csv_header(path: str, delim: str, encoding: str = "utf-8") -> list[str]:
         raise InputUnavailableError(f"cannot read CSV file {path!r} ({problem})" + (
             ": its gzip stream ends before its first line (still being written?)" if problem == "EOFError" else ""),
                                     hint="check that the file exists and is readable (and, for a .gz file, written whole)")
+    nothing = raw == b"" and opener is open  # (no byte at all: not even a byte-order mark, nor a gzip stream)
     if raw.startswith(b"\xef\xbb\xbf") and encoding == "utf-8":
         raw = raw[3:]
     line: str | None = None
@@ -684,7 +685,8 @@ def _csv_header(path: str, delim: str, encoding: str = "utf-8") -> list[str]:
         pass
     names = [n.strip() for n in names]
     if not raw:
-        if _zero_bytes(path):  # nothing written yet (a job that writes it has opened it): a retry may read it, as a
+        # (a plain file read as empty and holding bytes now was written since: a job writing it, as one still empty)
+        if _zero_bytes(path, read_empty=nothing):  # nothing written yet (a job that writes it has opened it): a retry may read it, as a
             # gzip stream cut short or a Parquet file without its footer (an input not there yet, exit 66)
             raise InputUnavailableError(f"the CSV file {path!r} is empty (0 bytes): it has no header line (still being "
                                         "written?)", hint="the first line of a CSV source must be its header, e.g. "
@@ -833,9 +835,11 @@ def _footer(name: str, path: str, read: Callable[[str], Any]) -> Any:
                                "only Parquet files (e.g. 'dir/*.parquet', not 'dir/*')") from None
 
 
-def _zero_bytes(path: str) -> bool:
+def _zero_bytes(path: str, *, read_empty: bool = False) -> bool:
     """Whether ``path`` is a regular file of no bytes named as a data file (.parquet, .csv, ...): created by a job that
-    has not written it yet. A marker of no bytes that a glob may match (Spark's ``_SUCCESS``) is no data file."""
+    has not written it yet. A marker of no bytes that a glob may match (Spark's ``_SUCCESS``) is no data file.
+    ``read_empty``: the caller read the file (uncompressed) and found no byte, so it had none then: one that has
+    bytes now is being written too (they came between the read and this check)."""
     import os
     import stat
 
@@ -851,7 +855,7 @@ def _zero_bytes(path: str) -> bool:
             return False
     except (OSError, ValueError):
         pass
-    return stat.S_ISREG(st.st_mode) and st.st_size == 0
+    return stat.S_ISREG(st.st_mode) and (st.st_size == 0 or read_empty)
 
 
 def _partial_parquet(path: str) -> bool:

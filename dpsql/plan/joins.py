@@ -473,9 +473,12 @@ class _JoinBuilder:
                         "joined by AND)" if comma else ""))
             return []
         conds = []
-        for c in on.flatten() if isinstance(on, exp.And) else [on]:
-            while isinstance(c, exp.Paren):
-                c = c.this
+        # the ON's conjuncts through parentheses too (`LEFT JOIN c ON (e.cc = c.code AND c.pop > 3)` is the same ON as
+        # without them): read whole, the group was no equality, and the join was refused as having none
+        on_conjuncts = where_conjuncts(on)
+        equated = any(isinstance(x, exp.EQ) and isinstance(x.this, exp.Column) and isinstance(x.expression, exp.Column)
+                      and x.this.table != x.expression.table for x in on_conjuncts)
+        for c in on_conjuncts:
             if left and not self.key_equality(c, position):  # decides matching only (SQL's ON): never drops a row
                 self.on_condition(c, position)
                 continue
@@ -493,10 +496,11 @@ class _JoinBuilder:
                 joins = self.stmt.args.get("joins") or []
                 why = ("a JOIN ... USING" if any(j.args.get("using") for j in joins) else
                        "a LEFT JOIN" if any(j.args.get("side") for j in joins) else None)
-                if why is not None and len({x.table for x in c.find_all(exp.Column)}) <= 1:
-                    # a filter on one input, refused only because the query's ONs are not read as WHERE's conditions:
-                    # the message said its other conditions "filter beside it", then refused, naming neither the cause
-                    # nor the fix (the same condition in WHERE filters the inner join alike)
+                if why is not None and (len({x.table for x in c.find_all(exp.Column)}) <= 1 or equated):
+                    # a filter on one input, or any condition beside a column equality of two inputs (`o.amt > p.age`),
+                    # refused only because the query's ONs are not read as WHERE's conditions: the message said its
+                    # other conditions "filter beside it", then refused, naming neither the cause nor the fix (the same
+                    # condition in WHERE filters the inner join alike)
                     self.bad(c, f"an inner JOIN's ON holds only equalities between columns (a.x = b.y, joined by AND) in a "
                                 f"query with {why}, which keeps each ON apart from WHERE; move this condition into WHERE "
                                 "(over an inner join it filters alike)")
