@@ -204,7 +204,10 @@ class LookupJoin:
                     continue
             except Exception:  # (a condition or type the engine cannot hold here): not decided, the query runs
                 continue
-            text = " AND ".join(_qualified(c).sql(dialect="duckdb") for c in conds)
+            # (an OR among them in its parentheses: `(r.rname = 'North' OR r.rname = 'South') AND r.rg = 'q'` was shown
+            # without them, a condition the 'North' row meets)
+            text = " AND ".join((exp.Paren(this=_qualified(c)) if isinstance(c, exp.Connector) and len(conds) > 1
+                                 else _qualified(c)).sql(dialect="duckdb") for c in conds)
             return UnsupportedQueryError(
                 f"WHERE {text} keeps no row of the public table {t.name!r} ({alias})"
                 + (" nor its row of NULLs (LEFT JOIN)" if alias in self.jp.left else "")

@@ -1,0 +1,66 @@
+"""The free refusal of a WHERE keeping no row of a public lookup table names the conditions as they combine.
+
+A lookup join (a private table joined with public lookups on their keys) grouped by keys released above a noisy
+threshold is refused before any charge when the WHERE's conditions on one public lookup's columns alone keep none of
+its rows (nor, LEFT joined, its row of NULLs): the release would have no row whatever the data. The refusal names
+those conditions; an OR among several was shown without its parentheses, so
+`(r.rname = 'North' OR r.rname = 'South') AND r.rg = 'q'` was named as `r.rname = 'North' OR r.rname = 'South' AND
+r.rg = 'q'`, a condition the 'North' row meets (SQL's AND binds first): the message contradicted itself. Now each OR
+among several conditions keeps its parentheses (as the refusal of a column's conditions already did).
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import _join_oracle_fuzz as fz  # noqa: E402
+
+from dpsql.errors import UnsupportedQueryError  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def env() -> Any:
+    s = fz.session(fz.data(5))  # regions: n North, s South, e East (or NULL), w West
+    yield s
+    s.close()
+
+
+def ask(s: Any, sql: str) -> Any:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return s.query(sql, epsilon=2.0, delta=1e-5)
+
+
+def refused_for_free(s: Any, sql: str) -> str:
+    before = s.history().num_rows
+    with pytest.raises(UnsupportedQueryError, match="keeps no row of the public table 'regions'") as e:
+        ask(s, sql)
+    assert s.history().num_rows == before, sql
+    return str(e.value)
+
+
+@pytest.mark.parametrize("join", ["JOIN", "LEFT JOIN"])
+def test_an_or_among_the_lookup_conditions_is_named_in_its_parentheses(env: Any, join: str) -> None:
+    """Was: `WHERE r.rname = 'North' OR r.rname = 'South' AND r.rg = 'q' keeps no row` (a condition the North row
+    meets). Now `WHERE (r.rname = 'North' OR r.rname = 'South') AND r.rg = 'q' keeps no row`; refused for free as
+    before (no region has the key 'q')."""
+    text = refused_for_free(env, f"SELECT e.cc, COUNT(*) AS n FROM events e {join} regions r ON e.rg = r.rg "
+                                 "WHERE (r.rname = 'North' OR r.rname = 'South') AND r.rg = 'q' GROUP BY e.cc")
+    assert "WHERE (r.rname = 'North' OR r.rname = 'South') AND r.rg = 'q' keeps no row" in text
+
+
+def test_a_lone_or_is_named_as_written(env: Any) -> None:
+    """Negative control: one condition, an OR, is named without added parentheses; two plain conditions as written."""
+    text = refused_for_free(env, "SELECT e.cc, COUNT(*) AS n FROM events e JOIN regions r ON e.rg = r.rg "
+                                 "WHERE r.rname = 'ATLANTIS' OR r.rg = 'q' GROUP BY e.cc")
+    assert "WHERE r.rname = 'ATLANTIS' OR r.rg = 'q' keeps no row" in text
+    text = refused_for_free(env, "SELECT e.cc, COUNT(*) AS n FROM events e JOIN regions r ON e.rg = r.rg "
+                                 "WHERE r.rname = 'North' AND r.rg = 's' GROUP BY e.cc")
+    assert "WHERE r.rname = 'North' AND r.rg = 's' keeps no row" in text
