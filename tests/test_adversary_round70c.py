@@ -64,3 +64,36 @@ def test_a_lone_or_is_named_as_written(env: Any) -> None:
     text = refused_for_free(env, "SELECT e.cc, COUNT(*) AS n FROM events e JOIN regions r ON e.rg = r.rg "
                                  "WHERE r.rname = 'North' AND r.rg = 's' GROUP BY e.cc")
     assert "WHERE r.rname = 'North' AND r.rg = 's' keeps no row" in text
+
+
+def test_the_lookup_rows_are_read_at_each_request() -> None:
+    """Control: a public lookup registered from the caller's DuckDB table is read at each request, so a row added to
+    it between two requests is seen (refused for free before, answered after; no decision is kept between them)."""
+    import duckdb
+    import pyarrow as pa
+
+    import dpsql
+    from dpsql.testing import use_noise, zero_noise
+
+    con = duckdb.connect()
+    con.execute("CREATE TABLE codes (code VARCHAR, region VARCHAR)")
+    con.execute("INSERT INTO codes VALUES ('k0', 'North'), ('k1', 'South')")
+    s = dpsql.Session(budget=dpsql.Budget(1e9, 0.9), connection=con)
+    try:
+        use_noise(s, zero_noise(23))
+        s.register("codes", "codes", public=True)
+        s.register("ev", pa.table({"uid": [u for u in range(60) for _ in range(2)],
+                                   "cc": [f"k{(u + j) % 4}" for u in range(60) for j in range(2)]}),
+                   privacy_unit="uid", references={"cc": "codes.code"})
+        sql = ("SELECT e.cc, COUNT(*) AS n FROM ev e JOIN codes c ON e.cc = c.code WHERE c.region = 'East' "
+               "GROUP BY e.cc")
+        before = s.history().num_rows
+        with pytest.raises(UnsupportedQueryError, match="keeps no row of the public table 'codes'"):
+            ask(s, sql)
+        assert s.history().num_rows == before
+        con.execute("INSERT INTO codes VALUES ('k2', 'East')")
+        assert [r["cc"] for r in ask(s, sql).to_pylist()] == ["k2"]
+        assert s.history().num_rows == before + 1
+    finally:
+        s.close()
+        con.close()
