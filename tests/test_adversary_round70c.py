@@ -97,3 +97,18 @@ def test_the_lookup_rows_are_read_at_each_request() -> None:
     finally:
         s.close()
         con.close()
+
+
+def test_the_check_of_the_public_rows_decides_at_most_256_constants(env: Any) -> None:
+    """The check types and counts the conditions anew at every request (about 0.2 ms a constant): conditions on the
+    public lookup with more than 256 constants are left undecided, and the query runs and is charged as before, as the
+    one-column check of a WHERE does beyond ``postprocess.MEETS_MOST_CONSTANTS``. Up to 256 they are decided."""
+    def q(n: int) -> str:
+        listed = ", ".join(f"'x{i}'" for i in range(n))
+        return (f"SELECT e.cc, COUNT(*) AS n FROM events e JOIN regions r ON e.rg = r.rg WHERE r.rname IN ({listed}) "
+                "GROUP BY e.cc")
+
+    refused_for_free(env, q(256))
+    before = env.history().num_rows
+    assert ask(env, q(257)).table.num_rows == 0
+    assert env.history().num_rows == before + 1

@@ -190,6 +190,8 @@ class LookupJoin:
             t = self.catalog.get(inputs.get(alias, ""))
             if t is None or not t.public or not t.view:
                 continue
+            if sum(1 for e in conds for _ in e.find_all(exp.Literal)) > _MOST_CONSTANTS:
+                continue  # (a long IN list: typed and counted anew at every request; not decided, the query runs)
             try:
                 cols = sorted({c.name.split(SEP, 1)[1] for e in conds for c in e.find_all(exp.Column)})
                 rows: exp.Expression = exp.select(*[exp.alias_(exp.column(c, quoted=True), flat(alias, c))
@@ -291,6 +293,11 @@ class LookupJoin:
 
     def release(self, calibration: Any, bounded: Any, rng: Any) -> Any:
         return self.inner.release(calibration, bounded, rng)
+
+
+#: the most constants the check of a public lookup's rows (``LookupJoin.no_public_row``) decides, as the one-column
+#: check of a WHERE decides at most ``postprocess.MEETS_MOST_CONSTANTS``
+_MOST_CONSTANTS = 256
 
 
 def _qualified(cond: exp.Expression) -> exp.Expression:
