@@ -449,7 +449,7 @@ def no_row_refusal(backend: _Runs, plan: ir.QueryPlan, key_domain: Callable[[], 
                     "nothing was charged", hint="drop the condition (explain shows the cost for free)")
         for name, conjuncts in columns.items():
             if not _some_value_meets(backend, name, plan.table.schema[name], conjuncts):
-                named = _as_qualified if joined_where is not None else (lambda c: c)  # (a one-table column may hold __)
+                named = as_qualified if joined_where is not None else (lambda c: c)  # (a one-table column may hold __)
                 # (an OR among them in its parentheses: `(v > 5 OR v IS NULL) AND v < 3` was shown without them, a
                 # condition that v = 6 meets)
                 text = " AND ".join((exp.Paren(this=named(c)) if isinstance(c, exp.Connector) and len(conjuncts) > 1
@@ -467,7 +467,7 @@ def no_row_refusal(backend: _Runs, plan: ir.QueryPlan, key_domain: Callable[[], 
     return None
 
 
-def _as_qualified(cond: exp.Expression) -> exp.Expression:
+def as_qualified(cond: exp.Expression) -> exp.Expression:
     """A condition over a joined relation's columns (``e__v``) as the query names them (``e.v``); others unchanged."""
     from dpsql.plan.joins import SEP
 

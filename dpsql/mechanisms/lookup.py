@@ -180,6 +180,7 @@ class LookupJoin:
         from dpsql.engine import PublicReads
         from dpsql.errors import UnsupportedQueryError
         from dpsql.plan.joins import SEP
+        from dpsql.postprocess import as_qualified
         from dpsql.rewrite.bound import guard
         from dpsql.rewrite.joins import _split_where
 
@@ -208,8 +209,8 @@ class LookupJoin:
                 continue
             # (an OR among them in its parentheses: `(r.rname = 'North' OR r.rname = 'South') AND r.rg = 'q'` was shown
             # without them, a condition the 'North' row meets)
-            text = " AND ".join((exp.Paren(this=_qualified(c)) if isinstance(c, exp.Connector) and len(conds) > 1
-                                 else _qualified(c)).sql(dialect="duckdb") for c in conds)
+            text = " AND ".join((exp.Paren(this=as_qualified(c)) if isinstance(c, exp.Connector) and len(conds) > 1
+                                 else as_qualified(c)).sql(dialect="duckdb") for c in conds)
             return UnsupportedQueryError(
                 f"WHERE {text} keeps no row of the public table {t.name!r} ({alias})"
                 + (" nor its row of NULLs (LEFT JOIN)" if alias in self.jp.left else "")
@@ -298,16 +299,3 @@ class LookupJoin:
 #: the most constants the check of a public lookup's rows (``LookupJoin.no_public_row``) decides, as the one-column
 #: check of a WHERE decides at most ``postprocess.MEETS_MOST_CONSTANTS``
 _MOST_CONSTANTS = 256
-
-
-def _qualified(cond: exp.Expression) -> exp.Expression:
-    """A condition over the joined relation's columns (``r__rname``) as the query names them (``r.rname``)."""
-    from dpsql.plan.joins import SEP
-
-    def back(n: exp.Expression) -> exp.Expression:
-        if isinstance(n, exp.Column) and not n.table and SEP in n.name:
-            alias, column = n.name.split(SEP, 1)
-            return exp.column(column, table=alias)
-        return n
-
-    return cond.copy().transform(back)
