@@ -660,7 +660,8 @@ def _refuse_no_row_at_all(session: Any, g: Composite, routes: list[Any]) -> None
     for i, (sql, r) in enumerate(zip(g.components, routes, strict=True)):
         if r.request.plan is None:
             return
-        refusal = postprocess.route_no_row_refusal(session._engine, r)  # (a lookup join's WHERE too)
+        refusal = postprocess.route_no_row_refusal(  # (a lookup join's WHERE too)
+            session._engine, r, backends.PublicReads(session._engine, session._catalog))
         if refusal is None:
             return
         if first is None:

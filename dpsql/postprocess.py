@@ -383,30 +383,31 @@ def _true_constant(backend: _Runs, condition: exp.Expression) -> bool:
     return backend.post_process(one, lambda rel: exp.select("__one").from_(rel).where(test)).num_rows > 0
 
 
-def refuse_no_row(backend: _Runs, route: Any) -> None:
+def refuse_no_row(backend: _Runs, route: Any, public: Any = None) -> None:
     """Raise :func:`no_row_refusal` of a query sent alone (a route: its plan, mechanism and calibration); a query of
     several groupings is refused so only with the others (``dpsql.groupings``)."""
     if route.request.plan is not None:
-        refusal = route_no_row_refusal(backend, route)
+        refusal = route_no_row_refusal(backend, route, public)
         if refusal is not None:
             raise refusal
 
 
-def route_no_row_refusal(backend: _Runs, route: Any) -> UnsupportedQueryError | None:
-    """:func:`no_row_refusal` of a route whose plan is not None (alone, or one of several groupings)."""
+def route_no_row_refusal(backend: _Runs, route: Any, public: Any = None) -> UnsupportedQueryError | None:
+    """:func:`no_row_refusal` of a route whose plan is not None (alone, or one of several groupings); ``public``: the
+    engine as a check before the charge sees it (``dpsql.engine.PublicReads``: public tables only), or None."""
     # a lookup join answered on the one-table path keeps its WHERE in its join plan (``joined_where``, of that
     # mechanism only): `WHERE 1 = 0 GROUP BY e.cc` over `events e JOIN regions r` was charged and released no row,
     # where the same query on `events` is refused (so was each query of its GROUPING SETS)
     return no_row_refusal(backend, route.request.plan, lambda: route.mechanism.key_domain(route.calibration),
-                          *lookup_where(backend, route.mechanism))
+                          *lookup_where(route.mechanism, public))
 
 
-def lookup_where(backend: _Runs, mechanism: Any) -> tuple[exp.Expression | None, Callable[[], Any] | None]:
+def lookup_where(mechanism: Any, public: Any) -> tuple[exp.Expression | None, Callable[[], Any] | None]:
     """A lookup join's WHERE over the joined relation and its check of the public lookups' rows (``joined_where``
     and ``no_public_row`` of that mechanism only; (None, None) for any other), as :func:`no_row_refusal` takes them."""
     joined = getattr(mechanism, "joined_where", None)
-    public = getattr(mechanism, "no_public_row", None)
-    return joined, (None if public is None or joined is None else functools.partial(public, backend))
+    check = getattr(mechanism, "no_public_row", None)
+    return joined, (None if check is None or joined is None or public is None else functools.partial(check, public))
 
 
 def no_row_refusal(backend: _Runs, plan: ir.QueryPlan, key_domain: Callable[[], pa.Table | None],

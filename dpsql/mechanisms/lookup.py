@@ -170,14 +170,14 @@ class LookupJoin:
         own WHERE is None)."""
         return self.jp.where
 
-    def no_public_row(self, backend: Any) -> Exception | None:
+    def no_public_row(self, reads: Any) -> Exception | None:
         """The free refusal of a WHERE whose conjuncts over one public lookup's columns alone keep none of its rows
         (``postprocess.no_row_refusal`` asks it over keys released above a noisy threshold only), or None. A tuple of
         the join holds one of that table's rows (inner join), or, LEFT joined, one or NULLs: when neither any public
         row nor (LEFT) a row of NULLs meets those conjuncts, no tuple does, and the release has no row whatever the
-        data. Reads the public table's rows only (``PublicReads``: one count of them, as a grouped join's key set
-        is read); not decided (None) on any failure."""
-        from dpsql.engine import PublicReads
+        data. Reads the public table's rows only, through ``reads`` (``dpsql.engine.PublicReads``, which refuses
+        any other table: one count of them, as a grouped join's key set is read); not decided (None) on any
+        failure."""
         from dpsql.errors import UnsupportedQueryError
         from dpsql.plan.joins import SEP
         from dpsql.postprocess import as_qualified
@@ -186,7 +186,6 @@ class LookupJoin:
 
         local, _ = _split_where(self.jp)
         inputs, schema = dict(self.jp.inputs), dict(self.jp.flat_schema)
-        reads = PublicReads(backend, self.catalog)
         for alias, conds in sorted(local.items()):
             t = self.catalog.get(inputs.get(alias, ""))
             if t is None or not t.public or not t.view:
