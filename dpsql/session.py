@@ -168,8 +168,7 @@ class Session(SessionObject):
                 postprocess.check(self._engine, r.request.plan, key_types, r.mechanism.released_types(r.calibration),
                                   backends.public_key_domain(r, self._engine, self._catalog))
             backends.remember_bind_check(self._bound_ok, key)
-        if alone:  # no row whatever the data (not remembered); a lookup join's public rows read as public only
-            postprocess.refuse_no_row(self._engine, r, backends.PublicReads(self._engine, self._catalog))
+        postprocess.refuse_no_row(self._engine, r, backends.PublicReads(self._engine, self._catalog)) if alone else None
         return ast
 
     def explain(self, sql: str | list[str] | tuple[str, ...], *, epsilon: Any, delta: Any = 0.0, options: dict[str, Any] | None = None) -> Plan:
