@@ -148,7 +148,7 @@ def test_a_counted_out_integer_range_is_exactly_the_declared_integers(bounds: tu
 
 
 def test_a_counted_out_date_range_is_exactly_the_declared_days() -> None:
-    """About 99 700 days (1800-01-01 ... 2072-12-31): date_trunc('year', d) releases the 273 years, quickly."""
+    """About 99 700 days (1800-01-01 ... 2072-12-31, the grid [1800-01-01, 2073-01-01)): date_trunc('year', d) releases the 273 years, quickly."""
     import datetime
 
     con = duckdb.connect()
@@ -161,7 +161,7 @@ def test_a_counted_out_date_range_is_exactly_the_declared_days() -> None:
     use_noise(s, zero_noise())
     s.register("p", "p", privacy_unit="pid")
     s.register("e", "e", references={"pid": "p.pid"}, degree_bounds={"pid": 3},
-               columns={"d": {"bounds": ("1800-01-01", "2072-12-31"), "bin_width": "1 day"}})
+               columns={"d": {"bounds": ("1800-01-01", "2073-01-01"), "bin_width": "1 day"}})
     t0 = time.monotonic()
     r = s.query(f"SELECT date_trunc('year', e.d) AS y, COUNT(*) AS n {J} GROUP BY y", epsilon=1.0, delta=1e-6)
     got = dict(zip(r.table.column("y").to_pylist(), r.table.column("n").to_pylist(), strict=True))
@@ -169,7 +169,7 @@ def test_a_counted_out_date_range_is_exactly_the_declared_days() -> None:
     assert {k.year: v for k, v in got.items() if v} == {1800: 1, 1950: 1, 2072: 1}
     r = s.query(f"SELECT e.d + INTERVAL 0 DAY AS y, COUNT(*) AS n {J} GROUP BY y", epsilon=1.0, delta=1e-6)
     days = r.table.column("y").to_pylist()
-    assert len(days) == (datetime.date(2072, 12, 31) - datetime.date(1800, 1, 1)).days + 1
+    assert len(days) == (datetime.date(2073, 1, 1) - datetime.date(1800, 1, 1)).days  # the half-open grid's days
     assert days[0] == datetime.datetime(1800, 1, 1) and days[-1] == datetime.datetime(2072, 12, 31)
     # a WHERE on the column keeps the keys of the days it lets through (January and February 1800)
     r = s.query(f"SELECT e.d + INTERVAL 0 DAY AS y, COUNT(*) AS n {J} WHERE e.d < DATE '1800-03-01' GROUP BY y",
@@ -195,11 +195,11 @@ def test_a_counted_out_range_of_a_timestamps_days_is_exactly_its_midnights() -> 
     use_noise(s, zero_noise())
     s.register("p", "p", privacy_unit="pid")
     s.register("e", "e", references={"pid": "p.pid"}, degree_bounds={"pid": 3},
-               columns={"ts": {"bounds": ("1950-01-01", "2049-12-31"), "bin_width": "1 day"}})
+               columns={"ts": {"bounds": ("1950-01-01", "2050-01-01"), "bin_width": "1 day"}})
     t0 = time.monotonic()
     r = s.query(f"SELECT date_trunc('day', e.ts) AS d, COUNT(*) AS n {J} GROUP BY d", epsilon=1.0, delta=1e-6)
     got = dict(zip(r.table.column("d").to_pylist(), r.table.column("n").to_pylist(), strict=True))
-    assert len(got) == (datetime.date(2049, 12, 31) - datetime.date(1950, 1, 1)).days + 1
+    assert len(got) == (datetime.date(2050, 1, 1) - datetime.date(1950, 1, 1)).days  # the half-open grid's days
     assert min(got) == datetime.datetime(1950, 1, 1) and max(got) == datetime.datetime(2049, 12, 31)
     assert {k: v for k, v in got.items() if v} == {datetime.datetime(1950, 1, 1): 1, datetime.datetime(2049, 12, 31): 1}
     assert time.monotonic() - t0 < 60

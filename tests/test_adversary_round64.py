@@ -8,7 +8,7 @@ grouped joins over declared DATE ranges, DATE keys and CASE buckets.
   (the release would have no row whatever the data); now alike over a DATE range.
 * One declared DATE range, two key sets: ``GROUP BY o_orderdate`` on the table alone releases the days of the
   half-open bins [lo, hi) (1995-12-31 of a range ending on it is in no bin, its rows in no group), while over a join
-  the same column's key set holds every day from lo to hi, both included (open).
+  the same column's key set held every day from lo to hi, both included; now the grid's days there too.
 * The same through HAVING: ``HAVING o.o_orderdate > DATE '1996-01-01'`` over a grouped join was charged for its
   release of no row (the check of the conditions on the keys alone read a key set the catalog lists, and a DATE
   range's days are counted at run time); the key set read from public values before the charge is now checked too.
@@ -49,26 +49,30 @@ def test_negative_control_a_declared_domain_excluded_is_refused_for_free() -> No
         assert s.history().num_rows == 0
 
 
-@pytest.mark.xfail(strict=True, reason="one table's day histogram ends the day before the declared upper bound; a "
-                   "grouped join's days include it")
 def test_one_table_and_a_grouped_join_release_the_same_days_of_one_declared_range() -> None:
     """orders' o_orderdate declares the range ('1995-01-01', '1995-12-31') in one-day bins. ``GROUP BY o_orderdate``
     on orders alone is DAWA's histogram over half-open bins: 364 days, 1995-12-31 in none (a row of that day is in no
-    group, though ``WHERE o_orderdate = DATE '1995-12-31'`` counts it); over a join the same column's key set is its
-    days with both bounds: 365 days, 1995-12-31 released with its count. One declaration, two key sets (the quantile
-    grid of the same column includes both bounds too)."""
+    group, though ``WHERE o_orderdate = DATE '1995-12-31'`` counts it); over a join the same column's key set was its
+    days with both bounds: 365 days, 1995-12-31 released with its count. One declaration gave two key sets. Now a
+    grouped join's days are the grid's too, [lo, hi)."""
     with _session(_data(True)) as s:
         one = s.query("SELECT o_orderdate, COUNT(*) AS n FROM orders GROUP BY 1 ORDER BY 1", epsilon=1.0, delta=1e-6)
         joined = s.query(f"SELECT o.o_orderdate, COUNT(*) AS n {_COL}GROUP BY 1 ORDER BY 1", epsilon=1.0, delta=1e-6)
         assert one.table.column(0).to_pylist() == joined.table.column(0).to_pylist()
+        assert one.table.num_rows == 364
 
 
-def test_negative_control_the_days_below_the_upper_bound_agree() -> None:
-    with _session(_data(True)) as s:
+def test_negative_control_a_range_ending_the_day_after_releases_the_last_day_on_both() -> None:
+    """Declared to 1996-01-01 (exclusive), both release 1995-12-31 as their 365th day."""
+    data = _data(True)
+    with _session(data) as s:
+        s.register("orders", data["orders"], references={"o_custkey": "customer.c_custkey"},
+                   degree_bounds={"o_custkey": 4},
+                   columns={"o_orderdate": {"bounds": ("1995-01-01", "1996-01-01"), "bin_width": "1 day"}})
         one = s.query("SELECT o_orderdate, COUNT(*) AS n FROM orders GROUP BY 1 ORDER BY 1", epsilon=1.0, delta=1e-6)
         joined = s.query(f"SELECT o.o_orderdate, COUNT(*) AS n {_COL}GROUP BY 1 ORDER BY 1", epsilon=1.0, delta=1e-6)
-        assert one.table.column(0).to_pylist() == joined.table.column(0).to_pylist()[:-1]
-        assert one.table.num_rows == 364
+        days = one.table.column(0).to_pylist()
+        assert days == joined.table.column(0).to_pylist() and len(days) == 365 and str(days[-1]) == "1995-12-31"
 
 
 def test_a_having_on_a_grouped_joins_date_key_that_keeps_no_day_is_refused_for_free() -> None:

@@ -78,7 +78,7 @@ def _register(s: dpsql.Session) -> None:
     s.register("lineitem", data["lineitem"], references={"l_orderkey": "orders.o_orderkey"},
                degree_bounds={"l_orderkey": 3}, allow_conditional_sampling=True,
                columns={"l_price": {"bounds": (0, 100)},
-                        "l_shipdate": {"bounds": ("1992-01-01", "1994-12-31"), "bin_width": "1 day"}})
+                        "l_shipdate": {"bounds": ("1992-01-01", "1995-01-01"), "bin_width": "1 day"}})
 
 
 @pytest.fixture(scope="module")

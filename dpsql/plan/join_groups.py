@@ -177,7 +177,7 @@ def _key(g: exp.Expression, tables: Mapping[str, TableSpec], resolve: Callable[[
                    "column has no declared date range (hint: declare columns={'" + column + "': {'bounds': "
                    "('1992-01-01', '1998-12-31'), 'bin_width': '1 day'}} on table " + repr(t.name) + ")")
             return None
-        y0, y1 = _year_of(o.lo), _year_of(o.hi)
+        y0, y1 = _year_of(o.lo), _year_of(_last_day(o.hi))
         if y0 is None or y1 is None:  # pragma: no cover - the catalog validates ordered date ranges
             bad(g, f"the declared range of '{t.name}.{column}' has no readable years")
             return None
@@ -208,7 +208,7 @@ def _key(g: exp.Expression, tables: Mapping[str, TableSpec], resolve: Callable[[
            f"public, so its keys would reveal private values (hint: declare columns={{'{column}': {{'domain': [...]}}}} on "
            f"table '{t.name}', or join a public table and group by its column)")
     o = spec.ordered
-    lo, hi = (day_of(o.lo), day_of(o.hi)) if o is not None and o.kind == "date" else (None, None)
+    lo, hi = (day_of(o.lo), _last_day(o.hi)) if o is not None and o.kind == "date" else (None, None)
     if typ.upper() == "DATE" and lo is not None and hi is not None and (hi - lo).days >= MAX_GROUPS:
         # a declared date range with more days than a grouped join releases: said as such (the catalog's, no row)
         msg = (f"GROUP BY {quoted(col)}: the declared range of '{t.name}.{column}' holds {(hi - lo).days + 1} days, more "
@@ -258,8 +258,25 @@ def _by_date_only(col: exp.Column) -> bool:
     return False
 
 
+def _last_day(hi_v: Any) -> datetime.date | None:
+    """The last day of a declared date range's half-open grid [lo, hi): the day before ``hi`` when ``hi`` is a
+    midnight (a DATE bound), else ``hi``'s own day (its instants before ``hi`` are in the grid). A one-table GROUP BY
+    releases the grid's bins, so a grouped join releases the same days (README, Range workloads)."""
+    if isinstance(hi_v, str):
+        try:
+            hi_v = datetime.datetime.fromisoformat(hi_v)
+        except ValueError:
+            return None
+    if isinstance(hi_v, datetime.datetime):
+        return (hi_v - datetime.timedelta(microseconds=1)).date()
+    if isinstance(hi_v, datetime.date):
+        return hi_v - datetime.timedelta(days=1)
+    return None
+
+
 def _days(lo_v: Any, hi_v: Any) -> list[datetime.date] | None:
-    lo, hi = day_of(lo_v), day_of(hi_v)
+    """The days of a declared date range's half-open grid [lo, hi) (:func:`_last_day`)."""
+    lo, hi = day_of(lo_v), _last_day(hi_v)
     if lo is None or hi is None or not 0 <= (hi - lo).days < MAX_GROUPS:
         return None
     return [lo + datetime.timedelta(days=n) for n in range((hi - lo).days + 1)]
