@@ -108,6 +108,16 @@ def test_a_where_keeping_no_row_the_left_joins_on_keeps_is_refused_for_free(look
     assert "nor its row of NULLs (LEFT JOIN)" in text
 
 
+def test_several_groupings_are_refused_so_when_each_has_no_row(lookup: Any) -> None:
+    """The same WHERE under GROUPING SETS of two keys released above a threshold is refused for free (each grouping has
+    no row); under ROLLUP the total's row (a noisy count) is answered."""
+    on, where = "(e.rg = r.rg AND r.rname = 'North')", "r.rname = 'South'"
+    refused_for_free(lookup, f"SELECT e.cc, e.rg, COUNT(*) AS n FROM events e LEFT JOIN regions r ON {on} WHERE {where} "
+                             "GROUP BY GROUPING SETS ((e.cc), (e.rg))", "that its LEFT JOIN's ON keeps")
+    assert answered(lookup, LEFT.format(on=on, where=where).replace("GROUP BY e.cc", "GROUP BY ROLLUP (e.cc)")) \
+        == [{"cc": None, "n": 0}]
+
+
 def test_the_refusal_reads_the_public_rows_only(lookup: Any) -> None:
     """The same refusal, word for word, without one person (or with none of the people whose rows match a region)."""
     sql = LEFT.format(on="(e.rg = r.rg AND r.rname = 'North')", where="r.rname = 'South'")
