@@ -196,3 +196,14 @@ def test_a_row_number_over_released_values_is_decided_as_the_release_numbers_row
     original = postprocess._on_keys
     monkeypatch.setattr(postprocess, "_on_keys", lambda e, plan, numbered=True: original(e, plan, numbered=False))
     assert answered(keys, sql.format(m=rows)) == []
+
+
+def test_a_long_in_list_in_the_on_leaves_the_where_decided_over_every_row(lookup: Any) -> None:
+    """The check decides at most 256 constants: beyond them in the ON's conditions, the WHERE is decided over every row
+    of the lookup (as before the ON was read), so `r.rname = 'ATLANTIS'` is still refused for free and `r.rname =
+    'South'` is answered (charged: a South row may be kept by an ON of 300 names)."""
+    listed = ", ".join(f"'x{i}'" for i in range(299))
+    on = f"(e.rg = r.rg AND r.rname IN ('North', {listed}))"
+    refused_for_free(lookup, LEFT.format(on=on, where="r.rname = 'ATLANTIS'"), "keeps no row of the public table "
+                     "'regions' \\(r\\) nor its row of NULLs")
+    answered(lookup, LEFT.format(on=on, where="r.rname = 'South'"))

@@ -195,8 +195,11 @@ class LookupJoin:
             # charged for no row)
             on = [c for a, c in self.jp.left_on if a == alias and alias in self.jp.left
                   and {x.name.split(SEP, 1)[0] for x in c.find_all(exp.Column)} <= {alias}]
-            if sum(1 for e in [*conds, *on] for _ in e.find_all(exp.Literal)) > _MOST_CONSTANTS:
+            constants = sum(1 for e in conds for _ in e.find_all(exp.Literal))
+            if constants > _MOST_CONSTANTS:
                 continue  # (a long IN list: typed and counted anew at every request; not decided, the query runs)
+            if constants + sum(1 for e in on for _ in e.find_all(exp.Literal)) > _MOST_CONSTANTS:
+                on = []  # (the ON's long IN list: every lookup row read, as without it)
             try:
                 cols = sorted({c.name.split(SEP, 1)[1] for e in [*conds, *on] for c in e.find_all(exp.Column)})
                 rows: exp.Expression = exp.select(*[exp.alias_(exp.column(c, quoted=True), flat(alias, c))
