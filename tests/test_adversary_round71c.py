@@ -1,6 +1,6 @@
 """Free refusals of releases with no row whatever the data: a LEFT JOIN's ON filter, a UNION ALL's OFFSET.
 
-Two releases were charged and had no row whatever the data:
+Releases were charged that had no row whatever the data:
 
 * A lookup join grouped by keys released above a noisy threshold whose WHERE keeps no row of a LEFT-joined public
   lookup is refused for free (public rows only). A LEFT JOIN's ON conditions on the lookup's columns alone filter the
@@ -11,7 +11,9 @@ Two releases were charged and had no row whatever the data:
   Each query over public keys was counted as every key of its set, though the conditions on the keys alone (a WHERE
   on a declared key, a HAVING on the keys, a QUALIFY decided on the key set) keep fewer: ``SELECT k ... WHERE k = 'a'
   GROUP BY k UNION ALL SELECT s ... WHERE s = 'x' GROUP BY s OFFSET 2`` was charged for no row, where each query
-  sent alone with OFFSET 1 is refused. Now each counts the keys those conditions keep, as a query sent alone does.
+  sent alone with OFFSET 1 is refused. A grouped join's key set read from public tables was not counted at all
+  (``GROUP BY ROLLUP (r.rname) OFFSET 5`` over four regions was charged). Now each query counts the keys those
+  conditions keep, as a query sent alone does.
 
 What held (checked against the same queries without the new shortcut, at zero noise): a QUALIFY whose one
 ROW_NUMBER() orders released values is refused before the charge only where the release has no row (declared keys,
@@ -174,6 +176,23 @@ def test_an_offset_past_the_keys_the_conditions_keep_is_refused_for_free(keys: A
 def test_an_offset_below_those_rows_is_answered(keys: Any, sql: str, want: list[dict[str, Any]]) -> None:
     """Negative control: one row fewer skipped is answered, with SQL's rows (zero noise)."""
     assert answered(keys, sql) == want
+
+
+JOINED = "SELECT r.rname, COUNT(*) AS n FROM events e JOIN regions r ON e.rg = r.rg"
+
+
+@pytest.mark.parametrize("sql, most", [
+    (f"{JOINED} GROUP BY ROLLUP (r.rname) OFFSET 5", 5),
+    (f"{JOINED} WHERE r.rname <> 'North' GROUP BY r.rname UNION ALL SELECT 'all', COUNT(*) FROM events OFFSET 3", 3),
+])
+def test_an_offset_past_a_grouped_joins_public_key_set_is_refused_for_free(lookup: Any, sql: str, most: int) -> None:
+    """A grouped join's key set read from a public table (four regions' names, NULL included) was not counted in a
+    query of several groupings or a UNION ALL (it is read at run time, not declared), so an OFFSET past its rows was
+    charged for no row, where the query sent alone with that OFFSET is refused. Now it is read before the charge
+    (public rows only) and counted, after the WHERE's conditions on the key."""
+    refused_for_free(lookup, sql, f"which has at most {most} ")
+    assert answered(lookup, sql.replace(f"OFFSET {most}", f"OFFSET {most - 1}")) in (
+        [{"rname": None, "n": 120}], [{"rname": "all", "n": 180}])
 
 
 NUMBERED = [
