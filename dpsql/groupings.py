@@ -824,11 +824,12 @@ def _key_types(engine: Any, r: Any, ast: Any) -> dict[str, str]:
     return {**types, **{n: str(row.column(n)[0].as_py()) for n in missing}}
 
 
-def _most_rows(g: Composite, routes: list[Any]) -> int | None:
+def _most_rows(g: Composite, routes: list[Any], session: Any) -> int | None:
     """The most rows the request can release, known before the charge when every query's rows are (one without GROUP
-    BY: one row; over public keys: one per key of the set the post-processing's check runs over), after the LIMIT and
-    OFFSET of each query, of each SELECT and of the whole; None when some query's rows are not known (a sparse
-    histogram's keys are those above its noisy threshold)."""
+    BY: one row; over public keys: one per key of the set the post-processing's check runs over that the conditions on
+    the keys alone keep, ``postprocess.public_rows``), after the LIMIT and OFFSET of each query, of each SELECT and of
+    the whole; None when some query's rows are not known (a sparse histogram's keys are those above its noisy
+    threshold)."""
     routes_left = iter(routes)
     total = 0
     for b in g.branches:
@@ -840,9 +841,16 @@ def _most_rows(g: Composite, routes: list[Any]) -> int | None:
                 return None
             if plan.keys:
                 dom = r.mechanism.key_domain(r.calibration)
+                if dom is None and hasattr(r.mechanism, "public_key_set"):
+                    # a grouped join's key set read from public tables (public rows only), as for the query sent alone
+                    # with an OFFSET: `GROUP BY ROLLUP (r.rname) OFFSET 10` over four regions was charged for no row
+                    dom = r.mechanism.public_key_set(r.calibration, backends.PublicReads(session._engine, session._catalog),
+                                                     _replace(plan, offset=plan.offset or 1))
                 if dom is None:
                     return None
-                n = dom.num_rows
+                # (the keys its conditions on the keys alone keep: `WHERE k = 'a' GROUP BY k` has one row, as when sent
+                # alone; every declared key was counted, so an OFFSET past every row of a UNION ALL of such was charged)
+                n = postprocess.public_rows(session._engine, plan, r.mechanism.released_types(r.calibration), dom)
             else:
                 n = 1
             n = max(0, n - (plan.offset or 0))
@@ -853,16 +861,17 @@ def _most_rows(g: Composite, routes: list[Any]) -> int | None:
     return total if g.limit is None else min(total, g.limit)
 
 
-def _refuse_offset_past_every_row(g: Composite, routes: list[Any]) -> None:
+def _refuse_offset_past_every_row(g: Composite, routes: list[Any], session: Any) -> None:
     """Before the charge: an OFFSET (of the whole, or of a SELECT with groupings) that leaves no row whatever the data
     is refused, as LIMIT 0 is (``SELECT k, COUNT(*) ... GROUP BY ROLLUP (k) OFFSET 3`` over two declared keys)."""
     if not (g.offset or any(b.offset for b in g.branches)):
         return
-    if _most_rows(g, routes) == 0:
+    if _most_rows(g, routes, session) == 0:
         most = _most_rows(_replace(g, offset=None, limit=None, branches=tuple(
-            _replace(b, offset=None, limit=None) for b in g.branches)), routes)
+            _replace(b, offset=None, limit=None) for b in g.branches)), routes, session)
         raise _bad(f"the OFFSET skips every row of the {g.kind}, which has at most {most} (one per query without "
-                   "GROUP BY, one per public key of each other query), so it would be charged for nothing",
+                   "GROUP BY, one per public key the conditions on the keys keep of each other query), so it would be "
+                   "charged for nothing",
                    "use a smaller OFFSET (explain lists the queries)")
 
 
@@ -870,7 +879,7 @@ def explain(session: Any, g: Composite, epsilon: Any, delta: Any, options: Any) 
     with session._catalog_lock.reading():
         routes, weights = _routes(session, g, epsilon, delta, options)
         asts = _checked(session, g, routes, salted=False)
-        _refuse_offset_past_every_row(g, routes)
+        _refuse_offset_past_every_row(g, routes, session)
         _types(session, g, routes, asts)
         n = len(asts)
         bounded = "\n".join(f"-- query {i + 1} of {n}: {sql}\n{backends.render_bounded(session._engine, a)}"
@@ -887,7 +896,7 @@ def run(session: Any, g: Composite, epsilon: Any, delta: Any, options: Any) -> R
     """``Session.query`` of ``g``, under the caller's catalog lock (from the analysis to the last read of rows)."""
     routes, weights = _routes(session, g, epsilon, delta, options)
     types = _types(session, g, routes, _checked(session, g, routes, salted=False))  # under a stand-in salt
-    _refuse_offset_past_every_row(g, routes)
+    _refuse_offset_past_every_row(g, routes, session)
     asts = _checked(session, g, routes, salted=True)
     cost, components = _cost(routes), _components(g, routes, weights)
     tables = sorted({t for r in routes for t in r.request.tables})

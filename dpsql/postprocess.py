@@ -714,6 +714,28 @@ def _check_on_keys(backend: _Runs, plan: ir.QueryPlan, aggregate_types: dict[str
                 hint=f"use an OFFSET below {most} (explain lists the keys)")
 
 
+def public_rows(backend: _Runs, plan: ir.QueryPlan, aggregate_types: dict[str, str], key_domain: pa.Table) -> int:
+    """The most rows a release over the public keys ``key_domain`` has before its LIMIT and OFFSET: one per key the
+    conditions on the keys alone keep (the WHERE's on declared keys and a HAVING on the keys alone; a QUALIFY decided
+    on the key set, :func:`_on_keys`), evaluated as :func:`_check_on_keys` evaluates them (public values only); every
+    key where they cannot be evaluated."""
+    kept, every = _key_conjuncts(plan)
+    qualify = plan.qualify is not None and len(kept) == len(every) and _on_keys(plan.qualify, plan)
+    if not plan.aggregates or not (kept or qualify):
+        return key_domain.num_rows
+    n = key_domain.num_rows
+    values: dict[str, Any] = {name: key_domain.column(name) for name in key_domain.column_names}
+    for a in plan.aggregates:
+        typ = aggregate_types.get(a.name)
+        values[a.name] = pa.array([0] * n, _PLACEHOLDER_TYPES[typ]) if typ in _PLACEHOLDER_TYPES else pa.array([0.0] * n, pa.float64())
+    only = dataclasses.replace(plan, having=exp.and_(*[c.copy() for c in kept], copy=False) if kept else None,
+                               order=[], qualify=plan.qualify if qualify else None, limit=None, offset=None)
+    try:
+        return backend.post_process(pa.table(values), lambda rel: post_ast(only, exp.to_table(rel), [], total=True)).num_rows
+    except ExecutionError:  # pragma: no cover - the same conditions were run over the same values by the check
+        return n
+
+
 def _key_conjuncts(plan: ir.QueryPlan) -> tuple[list[exp.Expression], list[exp.Expression]]:
     """The conjuncts of the HAVING (the WHERE's conditions on declared keys included, which the analysis moves there)
     that read the released keys alone, no aggregate nor window (whether a declared key passes them is public), and

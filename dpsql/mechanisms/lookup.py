@@ -180,7 +180,6 @@ class LookupJoin:
         failure."""
         from dpsql.errors import UnsupportedQueryError
         from dpsql.plan.joins import SEP
-        from dpsql.postprocess import as_qualified
         from dpsql.rewrite.bound import guard
         from dpsql.rewrite.joins import _split_where
 
@@ -190,12 +189,23 @@ class LookupJoin:
             t = self.catalog.get(inputs.get(alias, ""))
             if t is None or not t.public or not t.view:
                 continue
-            if sum(1 for e in conds for _ in e.find_all(exp.Literal)) > _MOST_CONSTANTS:
+            # a LEFT JOIN's ON conditions on the lookup's columns alone filter its rows before the join (SQL's LEFT JOIN
+            # of (SELECT * FROM lookup WHERE ...), ``dpsql.rewrite.joins.join_relation``): a tuple holds one of the rows
+            # they keep, or NULLs (`LEFT JOIN r ON (e.rg = r.rg AND r.rname = 'North') WHERE r.rname = 'South'` was
+            # charged for no row)
+            on = [c for a, c in self.jp.left_on if a == alias and alias in self.jp.left
+                  and {x.name.split(SEP, 1)[0] for x in c.find_all(exp.Column)} <= {alias}]
+            constants = sum(1 for e in conds for _ in e.find_all(exp.Literal))
+            if constants > _MOST_CONSTANTS:
                 continue  # (a long IN list: typed and counted anew at every request; not decided, the query runs)
+            if constants + sum(1 for e in on for _ in e.find_all(exp.Literal)) > _MOST_CONSTANTS:
+                on = []  # (the ON's long IN list: every lookup row read, as without it)
             try:
-                cols = sorted({c.name.split(SEP, 1)[1] for e in conds for c in e.find_all(exp.Column)})
+                cols = sorted({c.name.split(SEP, 1)[1] for e in [*conds, *on] for c in e.find_all(exp.Column)})
                 rows: exp.Expression = exp.select(*[exp.alias_(exp.column(c, quoted=True), flat(alias, c))
                                                     for c in cols]).from_(exp.to_table(t.view, quoted=True))
+                if on:
+                    rows = exp.select("*").from_(rows.subquery("__on")).where(*[guard(c.copy(), schema) for c in on])
                 if alias in self.jp.left:  # (its row of NULLs where no lookup row matched)
                     rows = exp.union(rows, exp.select(*[exp.alias_(exp.cast(exp.null(), schema[flat(alias, c)]),
                                                                    flat(alias, c)) for c in cols]), distinct=False)
@@ -208,10 +218,10 @@ class LookupJoin:
                 continue
             # (an OR among them in its parentheses: `(r.rname = 'North' OR r.rname = 'South') AND r.rg = 'q'` was shown
             # without them, a condition the 'North' row meets)
-            text = " AND ".join((exp.Paren(this=as_qualified(c)) if isinstance(c, exp.Connector) and len(conds) > 1
-                                 else as_qualified(c)).sql(dialect="duckdb") for c in conds)
+            text = _shown(conds)
             return UnsupportedQueryError(
                 f"WHERE {text} keeps no row of the public table {t.name!r} ({alias})"
+                + (f" that its LEFT JOIN's ON keeps ({_shown([c.unnest() for c in on])})" if on else "")
                 + (" nor its row of NULLs (LEFT JOIN)" if alias in self.jp.left else "")
                 + ", so no group has a row and none can pass the release threshold: the release would have no row "
                 "whatever the data, and be charged for nothing; nothing was charged",
@@ -298,3 +308,12 @@ class LookupJoin:
 #: the most constants the check of a public lookup's rows (``LookupJoin.no_public_row``) decides, as the one-column
 #: check of a WHERE decides at most ``postprocess.MEETS_MOST_CONSTANTS``
 _MOST_CONSTANTS = 256
+
+
+def _shown(conds: list[exp.Expression]) -> str:
+    """Conditions over the joined relation's columns as the query names them, AND-ed (an OR among several in its
+    parentheses)."""
+    from dpsql.postprocess import as_qualified
+
+    return " AND ".join((exp.Paren(this=as_qualified(c)) if isinstance(c, exp.Connector) and len(conds) > 1
+                         else as_qualified(c)).sql(dialect="duckdb") for c in conds)
