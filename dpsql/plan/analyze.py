@@ -522,6 +522,13 @@ class _Builder:
                                "the aggregate of CASE WHEN c THEN x END); move the condition into WHERE (a separate "
                                "query if the other aggregates must not have it)")
                 return None
+            # its condition typed as the condition it is (as WHERE's): a refusal there names FILTER, not the
+            # aggregate nor the CASE it is answered as ("COUNT: a CASE / IF condition must be ...")
+            where = node.expression
+            before = len(self.violations)
+            self.type_check(where.this if isinstance(where, exp.Where) else where, "FILTER", before)
+            if len(self.violations) != before:
+                return None
             node = case
         arg = node.expressions[0] if isinstance(node, exp.Anonymous) and len(node.expressions) == 1 else node.this
         if isinstance(node, exp.Anonymous) and len(node.expressions) != 1 and str(node.this).lower() in ANON_AGGS:
