@@ -285,3 +285,93 @@ def test_a_filter_comparison_of_mixed_types_names_filter_over_a_join(env: Any) -
     before = s.history().num_rows
     ask(s, "SELECT SUM(e.v) FILTER (WHERE e.v > 0) AS n FROM events e JOIN countries c ON e.cc = c.code")
     assert s.history().num_rows == before + 1
+
+
+# -- 5. refusal labels: the clause and the names the query wrote ----------------------------------------------------------
+@pytest.mark.parametrize(("sql", "said"), [
+    # an inner join's ON conditions were labelled WHERE
+    ("SELECT e.cc, COUNT(*) AS n FROM events e JOIN countries c ON e.cc = c.code AND e.v > 5 WHERE e.v < 3 GROUP BY e.cc",
+     "WHERE e.v < 3 and ON e.v > 5 hold for no value of column 'e.v' (DOUBLE)"),
+    ("SELECT e.cc, COUNT(*) AS n FROM events e JOIN countries c ON e.cc = c.code AND 1 = 0 GROUP BY e.cc",
+     "ON 1 = 0 is not true whatever the data"),
+    ("SELECT e.cc, COUNT(*) AS n FROM events e JOIN countries c ON e.cc = c.code AND c.zone = 'AM' AND c.pop > 50 "
+     "GROUP BY e.cc", "ON c.zone = 'AM' AND c.pop > 50 keeps no row of the public table 'countries' (c)"),
+    # a merged view's conditions named the base table's column (v) for the view's (val)
+    ("WITH x AS (SELECT cc, v AS val FROM events) SELECT cc, COUNT(*) AS n FROM x WHERE val > 5 AND val < 3 GROUP BY cc",
+     "WHERE val > 5 AND val < 3 holds for no value of column 'val' (DOUBLE)"),
+    ("WITH x AS (SELECT cc, v AS val FROM events WHERE v > 5) SELECT cc, COUNT(*) AS n FROM x WHERE val < 3 GROUP BY cc",
+     "WHERE v > 5 AND val < 3 holds for no value of column 'v' (DOUBLE)"),
+    ("WITH x AS (SELECT cc, v AS val FROM events) SELECT x.cc, COUNT(*) AS n FROM x JOIN countries c ON x.cc = c.code "
+     "WHERE x.val > 5 AND val < 3 GROUP BY x.cc", "WHERE x.val > 5 AND val < 3 holds for no value of column 'x.val'"),
+])
+def test_a_no_row_refusal_names_the_clause_and_the_columns_as_written(env: Any, sql: str, said: str) -> None:
+    s, _ = env
+    msg = refused_for_free(s, sql)
+    assert said in msg and "nothing was charged" in msg
+
+
+def test_the_no_row_refusal_of_one_table_still_reads_as_before(env: Any) -> None:
+    # (negative control: conditions all in WHERE, on the table's own columns)
+    s, _ = env
+    msg = refused_for_free(s, "SELECT cc, COUNT(*) FROM events WHERE (v > 5 OR v IS NULL) AND v < 3 AND v < 4 GROUP BY cc")
+    assert "WHERE (v > 5 OR v IS NULL) AND v < 3 AND v < 4 holds for no value of column 'v' (DOUBLE)" in msg
+
+
+# -- 6. missed free refusals: decided from the public lookup's rows --------------------------------------------------------
+# (countries, public: FR pop 78, DE pop NULL, US pop 2, JP pop 61)
+TWICE = ("SELECT e.rg, COUNT(*) AS n FROM events e JOIN countries c1 ON e.cc = c1.code JOIN countries c2 ON {} = c2.code "
+         "WHERE {} GROUP BY e.rg")
+
+
+@pytest.mark.parametrize(("on", "where"), [("e.cc", "c1.pop > 50 AND c2.pop < 10"), ("c1.code", "c1.pop > 50 AND c2.pop < 10"),
+                                           ("e.cc", "c1.pop > c2.pop")])
+def test_one_public_table_joined_twice_on_one_key_under_conditions_no_row_meets_is_refused_for_free(
+        env: Any, on: str, where: str) -> None:
+    """Was: each alias's conditions were decided alone (c1 has rows with pop > 50, c2 rows with pop < 10), and the query
+    was charged for a release without a row: both aliases are the one row of `countries` whose code is e.cc. Now they
+    are decided together, on each public row."""
+    s, _ = env
+    msg = refused_for_free(s, TWICE.format(on, where))
+    assert f"WHERE {where} keeps no row of the public table 'countries' (c1, c2): joined on the same key values" in msg
+
+
+@pytest.mark.parametrize(("sql", "rows"), [
+    (TWICE.format("e.cc", "c1.pop > 50 AND c2.pop > 60"), True),   # (JP meets both)
+    (TWICE.format("e.cc", "c1.pop >= c2.pop"), True),
+    (TWICE.format("e.rg", "c1.pop > 50 AND c2.pop < 10"), False),  # another column's value: two rows, not decided
+    (TWICE.format("e.cc", "c1.pop > 50 AND c2.pop < 10").replace("JOIN countries c2", "LEFT JOIN countries c2"), False),
+])
+def test_aliases_not_tied_to_one_row_or_conditions_a_row_meets_are_answered(env: Any, sql: str, rows: bool) -> None:
+    # (negative controls: charged and answered, the answer as SQL's at zero noise where a row passes the threshold)
+    s, t = env
+    before = s.history().num_rows
+    ask(s, sql)
+    assert s.history().num_rows == before + 1
+    if rows:
+        con = fz.reference(t)
+        assert con.execute(sql).fetchall(), "the public rows meet the conditions: some tuples exist"
+        con.close()
+
+
+LEFT_ON = "SELECT e.rg, COUNT(*) AS n FROM events e LEFT JOIN countries c ON e.cc = c.code AND {} WHERE {} GROUP BY e.rg"
+
+
+def test_a_left_joins_on_filter_with_a_where_on_the_lookup_that_keep_no_row_are_refused_for_free(env: Any) -> None:
+    """Was: the WHERE c.pop < 10 was decided over every public row (US has pop 2) and the row of NULLs, though the ON
+    lets only rows with pop > 50 match: charged, no row released. Now the ON's conditions over the lookup alone decide
+    which public rows can be there."""
+    s, _ = env
+    msg = refused_for_free(s, LEFT_ON.format("c.pop > 50", "c.pop < 10"))
+    assert ("ON c.pop > 50 and WHERE c.pop < 10 keep no row of the public table 'countries' (c) nor its row of NULLs "
+            "(LEFT JOIN)") in msg
+
+
+@pytest.mark.parametrize(("on", "where"), [("c.pop > 50", "c.pop > 60"), ("c.pop > 50", "c.pop < 10 OR c.pop IS NULL"),
+                                           ("c.pop > e.v", "c.pop < 10")])
+def test_a_left_joins_on_filter_with_a_where_some_row_meets_is_answered(env: Any, on: str, where: str) -> None:
+    # (negative controls: a row meets both (JP); the row of NULLs meets the WHERE; an ON over the private row's column
+    # too, which the public rows alone do not decide)
+    s, _ = env
+    before = s.history().num_rows
+    ask(s, LEFT_ON.format(on, where))
+    assert s.history().num_rows == before + 1
