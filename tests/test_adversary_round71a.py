@@ -292,6 +292,9 @@ def test_a_filter_comparison_of_mixed_types_names_filter_over_a_join(env: Any) -
     # an inner join's ON conditions were labelled WHERE
     ("SELECT e.cc, COUNT(*) AS n FROM events e JOIN countries c ON e.cc = c.code AND e.v > 5 WHERE e.v < 3 GROUP BY e.cc",
      "WHERE e.v < 3 and ON e.v > 5 hold for no value of column 'e.v' (DOUBLE)"),
+    # (an unqualified column of an ON was shown qualified, `ON events.v > 5`, as the analysis binds it)
+    ("SELECT cc, COUNT(*) AS n FROM events JOIN countries c ON cc = c.code AND v > 5 WHERE v < 3 GROUP BY cc",
+     "WHERE v < 3 and ON v > 5 hold for no value of column 'v' (DOUBLE)"),
     ("SELECT e.cc, COUNT(*) AS n FROM events e JOIN countries c ON e.cc = c.code AND 1 = 0 GROUP BY e.cc",
      "ON 1 = 0 is not true whatever the data"),
     ("SELECT e.cc, COUNT(*) AS n FROM events e JOIN countries c ON e.cc = c.code AND c.zone = 'AM' AND c.pop > 50 "
