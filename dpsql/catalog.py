@@ -774,6 +774,7 @@ def classify_source(source: Any, *, has_connection: bool) -> tuple[str, Any]:
             "the config file's directory)",
         )
     for f in matches:  # the Parquet and CSV readers open only file names that are UTF-8 text
+        _regular_or_directory(source, f)
         bad = next((c for c in os.path.abspath(f) if "\udc80" <= c <= "\udcff"), None)
         if bad is not None and _utf8_bytes(os.path.abspath(f)):  # read with a locale that is not UTF-8
             raise ConfigError(
@@ -787,6 +788,31 @@ def classify_source(source: Any, *, has_connection: bool) -> tuple[str, Any]:
                 hint="rename the file (and the directories on its path) to UTF-8 text",
             )
     return kind, os.path.abspath(source) if not is_glob else source
+
+
+#: what a file that is neither a regular file nor a directory is, by its mode (``stat.S_IFMT``)
+_SPECIAL_FILES = {0o010000: "a named pipe (FIFO)", 0o140000: "a socket", 0o020000: "a character device",
+                  0o060000: "a block device"}
+
+
+def _regular_or_directory(source: str, path: str) -> None:
+    """Refuse a source file that is a named pipe, a socket or a device (from its metadata only: ``os.stat``, which
+    never opens it). A reader opening a FIFO waits for a writer for ever (registration hung in pyarrow's read);
+    a device or a socket is no data file either, and a retry finds it again (a ConfigError, exit 2). A directory
+    is refused by the readers, with the glob of its files as the fix; a path gone meanwhile is theirs to tell."""
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return
+    what = _SPECIAL_FILES.get(stat.S_IFMT(mode), "a special file")
+    named = f"{path!r}" if path == source else f"{path!r} (matched by {source!r})"
+    raise ConfigError(f"table source {named} is {what}, not a regular file: a reader would wait on it or read no table "
+                      "from it", hint="name a regular .parquet or .csv file (copy a stream into one first, e.g. "
+                      "cat PIPE > data.csv), or a glob matching only such files")
 
 
 def check_table_name(name: Any) -> str:

@@ -32,6 +32,8 @@ from sqlglot.errors import ParseError
 from dpsql.errors import ExecutionError, QueryTypeError, UnsupportedQueryError
 from dpsql.mechanisms.base import Released
 from dpsql.plan import ir, satisfiable, windows
+from dpsql.plan.checks import clause_of
+from dpsql.plan.parse import as_written
 from dpsql.plan.typer import (
     INTERVAL_FORM,
     TypeRefusal,
@@ -445,19 +447,14 @@ def no_row_refusal(backend: _Runs, plan: ir.QueryPlan, key_domain: Callable[[], 
                 continue
             if not _true_constant(backend, typed):
                 return UnsupportedQueryError(
-                    f"WHERE {c.sql(dialect='duckdb')} is not true whatever the data, so no group has a row and none "
+                    f"{clause_of(c)} {c.sql(dialect='duckdb')} is not true whatever the data, so no group has a row and none "
                     "can pass the release threshold: the release would have no row, and be charged for nothing; "
                     "nothing was charged", hint="drop the condition (explain shows the cost for free)")
         for name, conjuncts in columns.items():
             if not _some_value_meets(backend, name, plan.table.schema[name], conjuncts):
-                named = as_qualified if joined_where is not None else (lambda c: c)  # (a one-table column may hold __)
-                # (an OR among them in its parentheses: `(v > 5 OR v IS NULL) AND v < 3` was shown without them, a
-                # condition that v = 6 meets)
-                text = " AND ".join((exp.Paren(this=named(c)) if isinstance(c, exp.Connector) and len(conjuncts) > 1
-                                     else named(c)).sql(dialect="duckdb") for c in conjuncts)
-                shown = named(exp.column(name)).sql(dialect="duckdb")
+                text, shown = _as_written_conditions(conjuncts, name, joined_where is not None)
                 return UnsupportedQueryError(
-                    f"WHERE {text} holds for no value of column {shown!r} ({plan.table.schema[name]}), so no group has "
+                    f"{text} for no value of column {shown!r} ({plan.table.schema[name]}), so no group has "
                     "a row and none can pass the release threshold: the release would have no row, and be charged "
                     "for nothing; nothing was charged", hint="check the conditions on the column (explain shows the "
                     "cost for free)")
@@ -466,6 +463,33 @@ def no_row_refusal(backend: _Runs, plan: ir.QueryPlan, key_domain: Callable[[], 
             if isinstance(refused, UnsupportedQueryError):
                 return refused
     return None
+
+
+def written_conditions(conditions: list[tuple[str | None, exp.Expression]], *, joined: bool) -> tuple[str, bool]:
+    """Conditions as the query wrote them, each under its clause (``ON e.v > 5 and WHERE e.v < 3``; an inner join's ON
+    condition is one of the WHERE's here, marked so: ``dpsql.plan.checks.clause_of``), and whether they are in
+    several clauses (the verb's number). Each is (its clause, or None to read the mark; the condition). A merged
+    view's column is shown under its own name (``val``, not the base table's ``v``), a joined relation's ``e__v`` as
+    ``e.v``. ``joined``: over a joined relation's columns (a one-table column may hold ``__``)."""
+    named = as_qualified if joined else (lambda c: c.copy())
+    by_clause: dict[str, list[str]] = {}
+    for clause, c in conditions:
+        # (an OR among them in its parentheses: `(v > 5 OR v IS NULL) AND v < 3` was shown without them, a
+        # condition that v = 6 meets)
+        w = named(as_written(c))
+        while isinstance(w, exp.Paren):
+            w = w.this
+        by_clause.setdefault(clause or clause_of(c), []).append(
+            (exp.Paren(this=w) if isinstance(w, exp.Connector) and len(conditions) > 1 else w).sql(dialect="duckdb"))
+    return " and ".join(f"{clause} {' AND '.join(cs)}" for clause, cs in by_clause.items()), len(by_clause) > 1
+
+
+def _as_written_conditions(conjuncts: list[exp.Expression], name: str, joined: bool) -> tuple[str, str]:
+    """:func:`written_conditions` of conditions on one column with their verb, and the column as the query named it."""
+    text, several = written_conditions([(None, c) for c in conjuncts], joined=joined)
+    column = next((col for c in conjuncts for col in c.find_all(exp.Column)), exp.column(name))
+    shown = (as_qualified if joined else (lambda c: c.copy()))(as_written(column))
+    return text + (" hold" if several else " holds"), shown.sql(dialect="duckdb")
 
 
 def as_qualified(cond: exp.Expression) -> exp.Expression:

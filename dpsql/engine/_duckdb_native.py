@@ -78,11 +78,21 @@ _BATCH_BYTES = 32 << 20
 Version = tuple[tuple[int, int, int, int, int], ...]
 
 
+class SpecialFile(OSError):
+    """A source's file that is now a named pipe, a socket or a device (registration refuses one): opened, a FIFO
+    would make a reader wait for a writer for ever."""
+
+
 def versions(paths: list[str]) -> Version:
-    """``(device, inode, size, mtime_ns, ctime_ns)`` of each file (OSError if one is missing)."""
+    """``(device, inode, size, mtime_ns, ctime_ns)`` of each file (OSError if one is missing; :class:`SpecialFile`
+    if one is a named pipe, a socket or a device: from its metadata, never opened)."""
+    import stat
+
     out = []
     for p in paths:
         st = os.stat(p)
+        if not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode):
+            raise SpecialFile(f"the file {p!r} became {'a named pipe (FIFO)' if stat.S_ISFIFO(st.st_mode) else 'a special file'}")
         out.append((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
     return tuple(out)
 

@@ -691,8 +691,11 @@ def _csv_header(path: str, delim: str, encoding: str = "utf-8") -> list[str]:
             raise InputUnavailableError(f"the CSV file {path!r} is empty (0 bytes): it has no header line (still being "
                                         "written?)", hint="the first line of a CSV source must be its header, e.g. "
                                         "user_id,amount,country; if a job is writing the file, retry once it is written")
-        raise ConfigError(f"the CSV file {path!r} is empty: it has no header line",
-                          hint="the first line of a CSV source must be its header, e.g. user_id,amount,country")
+        own = _own_stream_note(path)
+        raise ConfigError(f"the CSV file {path!r} is empty: it has no header line{own}",
+                          hint="the first line of a CSV source must be its header, e.g. user_id,amount,country" + (
+                              "; redirect the command's output to a file the source's path or glob does not name"
+                              if own else ""))
     if not names or any(not n for n in names):
         raise ConfigError(f"the header line of {path!r} needs a non-empty name for every column",
                           hint="the first line of a CSV source must be its header, e.g. user_id,amount,country")
@@ -829,7 +832,8 @@ def _footer(name: str, path: str, read: Callable[[str], Any]) -> Any:
         empty = not gone and _zero_bytes(path)  # created, nothing written yet: as an incomplete one, a retry may read it
         partial = not gone and (empty or _partial_parquet(path))  # being written by another job: a retry may read it whole
         why = ("" if gone else ": it is empty (0 bytes: still being written?)" if empty else ": it is an incomplete Parquet "
-               "file (its header is there, no footer yet: still being written?)" if partial else ": it is not a Parquet file")
+               "file (its header is there, no footer yet: still being written?)" if partial else ": it is not a Parquet file"
+               + _own_stream_note(path))
         raise (InputUnavailableError if gone or partial else ConfigError)(f"table '{name}': cannot read {path}{why} ({type(e).__name__})",
                           hint="check that the file exists, is readable and is valid Parquet; a glob must match "
                                "only Parquet files (e.g. 'dir/*.parquet', not 'dir/*')") from None
@@ -849,13 +853,36 @@ def _zero_bytes(path: str, *, read_empty: bool = False) -> bool:
         st = os.stat(path)
     except OSError:
         return False
-    try:  # the process's own standard output redirected onto it (``>> data/part-2.csv``, which made it): no job is
-        # writing it, and a retry would make it again (refused as any other empty source, exit 2)
-        if os.path.samestat(st, os.fstat(1)):
-            return False
-    except (OSError, ValueError):
-        pass
+    if own_stream(st) is not None:  # the process's own standard output or error redirected onto it (``>> data/part-2.csv``,
+        # ``2> data/x.csv``, which made it): no job is writing it, and a retry would make it again (refused as any other
+        # empty source, exit 2)
+        return False
     return stat.S_ISREG(st.st_mode) and (st.st_size == 0 or read_empty)
+
+
+def own_stream(st: Any) -> str | None:
+    """Which of this process's own output streams (standard output, standard error) is the file of ``st``
+    (an ``os.stat`` result), or None."""
+    import os
+
+    for fd, stream in ((1, "standard output"), (2, "standard error")):
+        try:
+            if os.path.samestat(st, os.fstat(fd)):
+                return stream
+        except (OSError, ValueError):
+            pass
+    return None
+
+
+def _own_stream_note(path: str) -> str:
+    """`` (this process's own standard error, redirected onto it)`` where ``path`` is one of its output streams."""
+    import os
+
+    try:
+        stream = own_stream(os.stat(path))
+    except OSError:
+        return ""
+    return "" if stream is None else f" (it is this process's own {stream}, redirected onto it)"
 
 
 def _partial_parquet(path: str) -> bool:

@@ -1218,6 +1218,8 @@ class DuckDBBackend:
             return self.parquet_changed(view)
         try:
             now = native.versions(src.paths)
+        except native.SpecialFile as e:  # (its header line is never read: a reader would wait on a FIFO for ever)
+            return str(e)
         except OSError:
             return "one of its CSV files is gone"
         header, then = self._csv_headers.get(view, ([], now))
@@ -1260,6 +1262,8 @@ class DuckDBBackend:
             if now == d.version:
                 return None
             schemas = [parquet_schema(p) for p in d.paths]
+        except native.SpecialFile as e:  # (its footer is never read: a reader would wait on a FIFO for ever)
+            return str(e)
         except (OSError, pa.ArrowException):
             return "one of its Parquet files can no longer be read"
         if len(schemas) != len(d.schemas) or any(not a.equals(b) for a, b in zip(schemas, d.schemas, strict=True)):

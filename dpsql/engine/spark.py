@@ -954,6 +954,8 @@ class SparkBackend:
             if now == f.version:
                 return None
             prints = [_footprint(p) for p in f.files]
+        except native.SpecialFile as e:  # (its footer is never read: a reader would wait on a FIFO for ever)
+            return str(e)
         except (OSError, pa.ArrowException):
             return "one of its Parquet files can no longer be read"
         if prints != f.prints:

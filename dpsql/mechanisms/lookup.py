@@ -73,7 +73,7 @@ from dpsql.catalog import ColumnSpec, TableSpec
 from dpsql.engine.base import SqlOps
 from dpsql.mechanisms.base import Description, Mechanism
 from dpsql.plan import ir
-from dpsql.plan.joins import LOOKUP_VIEW, PeopleBound, flat
+from dpsql.plan.joins import LOOKUP_VIEW, SEP, PeopleBound, flat, where_conjuncts
 from dpsql.rewrite.bound import is_text
 
 #: the name of the joined relation in the bounded query
@@ -173,60 +173,110 @@ class LookupJoin:
     def no_public_row(self, reads: Any) -> Exception | None:
         """The free refusal of a WHERE whose conjuncts over one public lookup's columns alone keep none of its rows
         (``postprocess.no_row_refusal`` asks it over keys released above a noisy threshold only), or None. A tuple of
-        the join holds one of that table's rows (inner join), or, LEFT joined, one or NULLs: when neither any public
-        row nor (LEFT) a row of NULLs meets those conjuncts, no tuple does, and the release has no row whatever the
-        data. Reads the public table's rows only, through ``reads`` (``dpsql.engine.PublicReads``, which refuses
-        any other table: one count of them, as a grouped join's key set is read); not decided (None) on any
-        failure."""
+        the join holds one of that table's rows (inner join), or, LEFT joined, one that meets the LEFT JOIN's ON
+        conditions over that table alone or NULLs: when none of those rows (nor, LEFT, the row of NULLs) meets those
+        conjuncts, no tuple does, and the release has no row whatever the data. The same public table joined twice
+        (inner joins) through its declared key on values the ON equalities make equal is one row of it in every tuple
+        (the key is checked unique on its rows before, ``dpsql._public_keys``): the conjuncts over either alias are then
+        decided together, on each row (:meth:`_same_rows`). Reads the public table's rows only, through ``reads``
+        (``dpsql.engine.PublicReads``, which refuses any other table: one count of them per table, as a grouped
+        join's key set is read), at most :data:`_MOST_CONSTANTS` constants each; not decided (None) on any failure."""
         from dpsql.errors import UnsupportedQueryError
-        from dpsql.plan.joins import SEP
+        from dpsql.postprocess import written_conditions
         from dpsql.rewrite.bound import guard
         from dpsql.rewrite.joins import _split_where
 
-        local, _ = _split_where(self.jp)
+        local, top = _split_where(self.jp)
         inputs, schema = dict(self.jp.inputs), dict(self.jp.flat_schema)
-        for alias, conds in sorted(local.items()):
+        one = self._same_rows()
+        members: dict[str, list[str]] = {}
+        for a, _ in self.jp.inputs:
+            members.setdefault(one.get(a, a), []).append(a)
+        conds: dict[str, list[exp.Expression]] = {}
+        for a, cs in local.items():
+            conds.setdefault(one.get(a, a), []).extend(cs)
+        for c in top:  # (`c1.pop > c2.pop`: over one row when c1 and c2 are one)
+            reps = {one.get(a, a) for a in (col.name.split(SEP, 1)[0] for col in c.find_all(exp.Column))}
+            if len(reps) == 1:
+                conds.setdefault(reps.pop(), []).append(c)
+        for alias, where in sorted(conds.items()):
             t = self.catalog.get(inputs.get(alias, ""))
             if t is None or not t.public or not t.view:
                 continue
-            # a LEFT JOIN's ON conditions on the lookup's columns alone filter its rows before the join (SQL's LEFT JOIN
-            # of (SELECT * FROM lookup WHERE ...), ``dpsql.rewrite.joins.join_relation``): a tuple holds one of the rows
-            # they keep, or NULLs (`LEFT JOIN r ON (e.rg = r.rg AND r.rname = 'North') WHERE r.rname = 'South'` was
-            # charged for no row)
-            on = [c for a, c in self.jp.left_on if a == alias and alias in self.jp.left
-                  and {x.name.split(SEP, 1)[0] for x in c.find_all(exp.Column)} <= {alias}]
-            constants = sum(1 for e in conds for _ in e.find_all(exp.Literal))
+            # a LEFT JOIN's ON conditions over that table alone: the rows it matches (others leave NULLs)
+            on = [p for a, c in self.jp.left_on if a == alias for p in where_conjuncts(c)
+                  if all(col.name.split(SEP, 1)[0] == alias for col in p.find_all(exp.Column))] \
+                if alias in self.jp.left else []
+            constants = sum(1 for e in where for _ in e.find_all(exp.Literal))
             if constants > _MOST_CONSTANTS:
                 continue  # (a long IN list: typed and counted anew at every request; not decided, the query runs)
             if constants + sum(1 for e in on for _ in e.find_all(exp.Literal)) > _MOST_CONSTANTS:
-                on = []  # (the ON's long IN list: every lookup row read, as without it)
+                on = []  # (the ON's long IN list: every lookup row read, as without it; a superset, still sound)
+            others = set(members[alias]) - {alias}
+
+            def as_one(e: exp.Expression, others: set[str] = others, alias: str = alias) -> exp.Expression:
+                def swap(n: exp.Expression) -> exp.Expression:
+                    if isinstance(n, exp.Column) and n.name.split(SEP, 1)[0] in others:
+                        return exp.column(flat(alias, n.name.split(SEP, 1)[1]), quoted=n.this.quoted)
+                    return n
+                return e.copy().transform(swap)
+
             try:
-                cols = sorted({c.name.split(SEP, 1)[1] for e in [*conds, *on] for c in e.find_all(exp.Column)})
+                read = [as_one(c) for c in where]
+                cols = sorted({c.name.split(SEP, 1)[1] for e in [*read, *on] for c in e.find_all(exp.Column)})
                 rows: exp.Expression = exp.select(*[exp.alias_(exp.column(c, quoted=True), flat(alias, c))
                                                     for c in cols]).from_(exp.to_table(t.view, quoted=True))
                 if on:
-                    rows = exp.select("*").from_(rows.subquery("__on")).where(*[guard(c.copy(), schema) for c in on])
+                    rows = exp.select("*").from_(rows.subquery("__o")).where(*[guard(c.copy(), schema) for c in on])
                 if alias in self.jp.left:  # (its row of NULLs where no lookup row matched)
                     rows = exp.union(rows, exp.select(*[exp.alias_(exp.cast(exp.null(), schema[flat(alias, c)]),
                                                                    flat(alias, c)) for c in cols]), distinct=False)
                 # (a count, one row: Spark's lowering refuses LIMIT; the public table is scanned once, as its key set is)
                 q = exp.select(exp.alias_(exp.Count(this=exp.Star()), "__n")).from_(rows.subquery("__p")).where(
-                    *[guard(c.copy(), schema) for c in conds])
+                    *[guard(c, schema) for c in read])
                 if reads.fetch_arrow(q, what="the public lookup's rows").column(0)[0].as_py() != 0:
                     continue
             except Exception:  # (a condition or type the engine cannot hold here): not decided, the query runs
                 continue
-            # (an OR among them in its parentheses: `(r.rname = 'North' OR r.rname = 'South') AND r.rg = 'q'` was shown
-            # without them, a condition the 'North' row meets)
-            text = _shown(conds)
+            text, several = written_conditions([*(("ON", c) for c in on), *((None, c) for c in where)], joined=True)
+            names = ", ".join(members[alias]) if others else alias
             return UnsupportedQueryError(
-                f"WHERE {text} keeps no row of the public table {t.name!r} ({alias})"
-                + (f" that its LEFT JOIN's ON keeps ({_shown([c.unnest() for c in on])})" if on else "")
+                f"{text} {'keep' if several else 'keeps'} no row of the public table {t.name!r} ({names})"
+                + (": joined on the same key values, one row of it in each tuple" if others else "")
                 + (" nor its row of NULLs (LEFT JOIN)" if alias in self.jp.left else "")
                 + ", so no group has a row and none can pass the release threshold: the release would have no row "
                 "whatever the data, and be charged for nothing; nothing was charged",
                 hint="check the conditions on the public table's columns (explain shows the cost for free)")
         return None
+
+    def _same_rows(self) -> dict[str, str]:
+        """Aliases of one public table, each inner-joined through the same declared key (its one-row cap) on columns
+        that the join's equalities (inner joins only) make equal: alias -> the first of them in FROM order. Each tuple
+        holds one row of that table for all of them (public metadata only)."""
+        left = set(self.jp.left)
+        parent: dict[str, str] = {}
+
+        def find(x: str) -> str:
+            while parent.get(x, x) != x:
+                x = parent[x]
+            return x
+
+        for a, b in self.jp.conditions:
+            if a.split(SEP, 1)[0] not in left and b.split(SEP, 1)[0] not in left:
+                parent[find(a)] = find(b)
+        caps = {alias: (cols, n) for alias, cols, n in self.caps}
+        seen: dict[tuple[str, str, tuple[str, ...]], str] = {}
+        out: dict[str, str] = {}
+        for alias, name in self.jp.inputs:
+            cols, n = caps.get(alias, ("", 0))
+            table = self.catalog.get(name)
+            if n != 1 or alias in left or table is None or not table.public:
+                continue
+            key = (table.name, cols, tuple(find(flat(alias, c)) for c in cols.split(",")))
+            first = seen.setdefault(key, alias)
+            if first != alias:
+                out[alias] = first
+        return out
 
     def __init__(self, inner: Mechanism, jp: ir.JoinPlan, people: PeopleBound, catalog: Mapping[str, TableSpec], *,
                  people_count: bool = False) -> None:
@@ -308,12 +358,3 @@ class LookupJoin:
 #: the most constants the check of a public lookup's rows (``LookupJoin.no_public_row``) decides, as the one-column
 #: check of a WHERE decides at most ``postprocess.MEETS_MOST_CONSTANTS``
 _MOST_CONSTANTS = 256
-
-
-def _shown(conds: list[exp.Expression]) -> str:
-    """Conditions over the joined relation's columns as the query names them, AND-ed (an OR among several in its
-    parentheses)."""
-    from dpsql.postprocess import as_qualified
-
-    return " AND ".join((exp.Paren(this=as_qualified(c)) if isinstance(c, exp.Connector) and len(conds) > 1
-                         else as_qualified(c)).sql(dialect="duckdb") for c in conds)

@@ -858,6 +858,34 @@ def _route_lookup_join(
     return _finish(req, mech, mech.calibrate(req, contribution(plan.table, {})), reason + _several_reason(plan))
 
 
+def _left_public_keys(plan: ir.QueryPlan) -> PolicyError:
+    """The refusal of a GROUP BY over undeclared public lookup columns in a query with a LEFT JOIN (public metadata
+    only). A LEFT-joined lookup's column has a NULL group (its unmatched rows) beside its values, which no public key
+    set holds. An inner-joined lookup's column has none: its public values are a key set the join mechanisms
+    release in full, but they do not answer a LEFT JOIN (the one-table path, which does, releases declared domains
+    only): that is its cause, and the NULL group is not."""
+    assert plan.join is not None
+    tables = dict(plan.join.inputs)
+    public = [k for k in plan.join.keys if k.kind == "public"]
+    outer = ", ".join(f"{tables.get(k.alias, k.alias)}.{k.column}" for k in public if k.alias in plan.join.left)
+    inner = ", ".join(f"{tables.get(k.alias, k.alias)}.{k.column}" for k in public if k.alias not in plan.join.left)
+    cols = ", ".join(c for c in (outer, inner) if c)
+    why = []
+    if outer:
+        why.append(f"{outer} (LEFT-joined) has no declared domain, so no public key set with NULL (the unmatched "
+                   "rows' group) is known to release in full")
+    if inner:
+        lefts = ", ".join(dict.fromkeys(tables.get(a, a) for a in plan.join.left))
+        why.append(f"{inner} (inner-joined) has no declared domain: the public values of such a column are released "
+                   f"in full by the join mechanisms only, which do not answer a query with a LEFT JOIN (of {lefts})")
+    return PolicyError(f"GROUP BY over {cols} in a query with a LEFT JOIN: " + "; ".join(why),
+                       hint=f"declare the domain of {cols} ({_declaration(plan)}): every declared key"
+                            + (" and NULL are" if outer else " is") + " then released; or pass "
+                            "mechanism='sparse_histogram' (keys released above a noisy threshold"
+                            + (", NULL included)" if outer else ")")
+                            + ("" if outer else "; or join the LEFT-joined lookup with an inner JOIN"))
+
+
 def _declaration(plan: ir.QueryPlan) -> str:
     """The registration that declares the domains of a lookup join's public key columns, e.g. ``register table 'lk'
     with columns={'region': {'domain': [...]}}`` (public metadata: the plan's names only)."""
@@ -893,13 +921,7 @@ def _route_lookup_one_table(
     forced = options.get("mechanism", "auto")
     kinds = {k.kind for k in plan.join.keys}
     if plan.join.left and forced == "auto" and "public" in kinds and "private" not in kinds:
-        tables = dict(plan.join.inputs)
-        cols = ", ".join(f"{tables.get(k.alias, k.alias)}.{k.column}" for k in plan.join.keys if k.kind == "public")
-        raise PolicyError(f"GROUP BY over {cols} under a LEFT JOIN: the column has no declared domain, so no public "
-                          "key set with NULL (the unmatched rows' group) is known to release in full",
-                          hint=f"declare the domain of {cols} ({_declaration(plan)}): "
-                               "every declared key and NULL are then released; or pass mechanism='sparse_histogram' "
-                               "(keys released above a noisy threshold, NULL included)")
+        raise _left_public_keys(plan)
     if forced == "auto" and "public" in kinds and "private" not in kinds:
         # keys read from a public table's column: that table's values are a public key set, every key released by
         # the join's per-person clipping (the join rules), not thresholded by the sparse histogram

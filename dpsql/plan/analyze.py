@@ -44,7 +44,15 @@ from dpsql.plan.names import (
     qualifier_problem,
     spell_aliases,
 )
-from dpsql.plan.parse import DIALECT, as_written, keyword_offset, parse_statements, quoted, statement_starts
+from dpsql.plan.parse import (
+    DIALECT,
+    as_written,
+    keyword_offset,
+    parse_statements,
+    quoted,
+    stands_for,
+    statement_starts,
+)
 from dpsql.plan.quantiles import QUANTILE_AGGS, quantile_call, time_column_problem
 from dpsql.plan.typer import (
     MAX_DEPTH,
@@ -521,6 +529,13 @@ class _Builder:
                 self.bad(node, "an aggregate FILTER clause is answered for COUNT, SUM, AVG, VARIANCE and STDDEV only (as "
                                "the aggregate of CASE WHEN c THEN x END); move the condition into WHERE (a separate "
                                "query if the other aggregates must not have it)")
+                return None
+            # its condition typed as the condition it is (as WHERE's): a refusal there names FILTER, not the
+            # aggregate nor the CASE it is answered as ("COUNT: a CASE / IF condition must be ...")
+            where = node.expression
+            before = len(self.violations)
+            self.type_check(where.this if isinstance(where, exp.Where) else where, "FILTER", before)
+            if len(self.violations) != before:
                 return None
             node = case
         arg = node.expressions[0] if isinstance(node, exp.Anonymous) and len(node.expressions) == 1 else node.this
@@ -1555,6 +1570,7 @@ def _comma_joins(stmt: exp.Expression, catalog: Mapping[str, TableSpec] | None =
                 for col in list(c.find_all(exp.Column)) if c.find(exp.Select) is None and None not in held else []:
                     owners = [it for it, cols in zip(scope, held, strict=True) if col.name.lower() in (cols or ())]
                     if not col.table and len(owners) == 1:
+                        stands_for(col, col)  # (a message shows it as the query wrote it: `v`, not `events.v`)
                         col.set("table", exp.to_identifier(owners[0].alias_or_name))
                 c.meta[FROM_ON] = True  # its refusals name the ON (checks.clause_of)
                 conds.append(c)
