@@ -8,6 +8,12 @@
   raised ZeroDivisionError (the least sigma underflowed to 0 and was divided by); it is now a ConfigError naming the
   parameters. Queries never reached it (their sensitivities are normalised to >= 1; a clip_norm that small is refused).
 
+* Message (fixed): a DAWA release's recorded parameters (explain and the ledger row) gave epsilon2 as
+  (1 - epsilon_split) * epsilon, while the run uses epsilon - epsilon1 stepped down until the two shares' exact sum is
+  within epsilon: at epsilon = 0.1 (the default split) the row said epsilon1 = 0.025, epsilon2 = 0.07500000000000001,
+  a sum above the 0.1 charged, where the run spent 0.025 + 0.075; at epsilon = 7.3, split 0.1, 0.73 + 6.57 (binary
+  sum above 7.3) where the run used 6.569999999999999. The row now states the run's own shares.
+
 Held (recomputed here by routes that share no code with dpsql): every noise draw a release makes, recorded at the
 NoiseSource, has the scale the accounting states, and no more draws are made than the release needs: DAWA's stage-1
 Laplace on every candidate bucket at k (Delta_b + Delta_max) / epsilon1 (singleton 4 * 1.96875 / 0.25 = 31.5 over 64
@@ -24,9 +30,11 @@ COUNT / SUM / AVG, epsilon in {0.05, 1, 8} and delta in {1e-10, 1e-6, 1e-3} (lar
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 import warnings
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +88,7 @@ def one_table() -> Any:
     t = pa.table({"uid": rng.integers(0, 1000, n), "d": rng.integers(0, 64, n), "g": rng.choice(["a", "b"], n),
                   "h": rng.choice(list("xyz"), n), "v": rng.uniform(0, 10, n)})
     s = dpsql.Session(budget=Budget(1e9, 0.9))
-    s.register("t", t, privacy_unit="uid", max_groups_per_unit=2, max_rows_per_group=3, max_rows_per_unit=4,
+    s.register("t", t, privacy_unit="uid", max_groups_per_unit=2, max_rows_per_group=3, max_rows_per_unit=4, version="v1",
                columns={"d": {"ordered": {"lo": 0, "hi": 64, "bins": 64}}, "g": {"domain": ["a", "b"]},
                         "v": {"bounds": (0, 10)}})
     yield s
@@ -149,11 +157,32 @@ def test_gaussian_sigma_at_extreme_but_representable_scales() -> None:
     assert gaussian_sigma(1.0, 1e-6, 1.0) == pytest.approx(4.224678889350725, rel=1e-12)
 
 
+@pytest.mark.parametrize("epsilon, split", [(0.1, None), (1.3, None), (0.9, None), (7.3, 0.1), (0.3, 0.7)])
+def test_dawa_states_the_shares_its_run_uses(one_table: Any, epsilon: float, split: Any) -> None:
+    """Was: epsilon2 = (1 - split) * epsilon in explain and the ledger (0.07500000000000001 at epsilon = 0.1), one ulp
+    above the run's and with epsilon1 above epsilon. Now the stated shares are the stored synopsis's, within epsilon."""
+    opts = {"reuse": "never", **({} if split is None else {"epsilon_split": split})}
+    out, rec, params = run(one_table, "SELECT d, COUNT(*) FROM t GROUP BY d", epsilon, 0.0, opts)
+    e1, e2 = params["epsilon1"], params["epsilon2"]
+    assert Fraction(e1) + Fraction(e2) <= Fraction(repr(epsilon))  # as binary numbers and as the decimal charged
+    assert Fraction(repr(e1)) + Fraction(repr(e2)) <= Fraction(repr(epsilon))
+    row = one_table.history().to_pylist()[-1]
+    stored = json.loads(row["synopsis"])
+    assert (stored["epsilon1"], stored["epsilon2"]) == (e1, e2) == (out.details["epsilon1"], out.details["epsilon2"])
+    assert json.loads(row["params"])["epsilon2"] == e2
+
+
+def test_dawa_shares_where_the_product_is_already_exact(one_table: Any) -> None:
+    """Control: where (1 - split) * epsilon is the run's share (epsilon = 1), it is stated as before."""
+    out, rec, params = run(one_table, "SELECT d, COUNT(*) FROM t GROUP BY d", 1.0, 0.0, {"reuse": "never"})
+    assert (params["epsilon1"], params["epsilon2"]) == (0.25, 0.75)
+
+
 # ------------------------------------------------------------------------------------------------ held: the draws
 
 
 def test_dawa_draws_its_stage_one_and_two_noise_at_the_stated_scales(one_table: Any) -> None:
-    out, rec, params = run(one_table, "SELECT d, COUNT(*) FROM t GROUP BY d", 1.0)
+    out, rec, params = run(one_table, "SELECT d, COUNT(*) FROM t GROUP BY d", 1.0, 0.0, {"reuse": "never"})
     assert out.mechanism == "dawa" and (out.cost.epsilon, out.cost.delta) == (1.0, 0.0)
     k, e1, e2 = 4.0, 0.25, 0.75  # L = 4 rows per person (< C_u k = 6); epsilon1 = epsilon / 4
     stage1 = rec.of("laplace")[0][0]
