@@ -258,6 +258,17 @@ def test_dp_s4s_runs_and_their_amplified_costs(joins: Any) -> None:
     assert params["joint_cost"]["epsilon_joint"] <= 1.0 and out.cost.epsilon == 1.0
 
 
+def test_dp_s4s_rdp_runs_draw_their_scheduled_sigmas(joins: Any) -> None:
+    out, rec, params = run(joins, "SELECT COUNT(*) FROM orders o JOIN persons p ON o.pid = p.id", 1.0, 1e-6)
+    sigmas = sorted(s["sigma"] for s in params["schedule"])
+    assert sorted(one_scale(s) for s, _ in rec.of("gauss")) == sigmas
+    for s in params["schedule"]:  # sigma_i = (tau_i + G_i) sqrt(alpha / (2 rho_i)): the same alpha for every run
+        assert s["sigma"] ** 2 * s["rho"] / (s["tau"] * (1 + 2.0**-10)) ** 2 == pytest.approx(
+            params["schedule"][0]["sigma"] ** 2 * params["schedule"][0]["rho"]
+            / (params["schedule"][0]["tau"] * (1 + 2.0**-10)) ** 2, rel=1e-6)
+    assert params["joint_cost"]["epsilon"] <= 1.0 and (out.cost.epsilon, out.cost.delta) == (1.0, 1e-6)
+
+
 def test_dp_s4s_vector_charge_and_svt_noise(joins: Any) -> None:
     out, rec, params = run(joins, "SELECT p.seg, COUNT(*) FROM orders o JOIN persons p ON o.pid = p.id GROUP BY p.seg",
                            4.0, 1e-7, {"mechanism": "dp_s4s"})
