@@ -14,6 +14,12 @@
   a sum above the 0.1 charged, where the run spent 0.025 + 0.075; at epsilon = 7.3, split 0.1, 0.73 + 6.57 (binary
   sum above 7.3) where the run used 6.569999999999999. The row now states the run's own shares.
 
+* Wrong answer (fixed): USING SAMPLE in a subquery in FROM or in a CTE was dropped when the view was merged into the
+  query, so `SELECT COUNT(*) FROM (SELECT * FROM t USING SAMPLE 10)` was charged and answered with the whole table's
+  count (50 of 50 rows at zero noise), where the same clause on the outer query (and TABLESAMPLE anywhere) is refused
+  for free ("sampling changes each person's contribution"). So were SELECT ... INTO and FOR UPDATE there. They are now
+  refused for free in a view too, as in the outer query.
+
 Held (recomputed here by routes that share no code with dpsql): every noise draw a release makes, recorded at the
 NoiseSource, has the scale the accounting states, and no more draws are made than the release needs: DAWA's stage-1
 Laplace on every candidate bucket at k (Delta_b + Delta_max) / epsilon1 (singleton 4 * 1.96875 / 0.25 = 31.5 over 64
@@ -176,6 +182,34 @@ def test_dawa_shares_where_the_product_is_already_exact(one_table: Any) -> None:
     """Control: where (1 - split) * epsilon is the run's share (epsilon = 1), it is stated as before."""
     out, rec, params = run(one_table, "SELECT d, COUNT(*) FROM t GROUP BY d", 1.0, 0.0, {"reuse": "never"})
     assert (params["epsilon1"], params["epsilon2"]) == (0.25, 0.75)
+
+
+@pytest.mark.parametrize("sql, what", [
+    ("SELECT COUNT(*) FROM (SELECT * FROM t USING SAMPLE 10)", "USING SAMPLE"),
+    ("SELECT SUM(v) FROM (SELECT * FROM t USING SAMPLE 10 PERCENT (bernoulli, 7))", "USING SAMPLE"),
+    ("WITH x AS (SELECT * FROM t USING SAMPLE 10) SELECT g, COUNT(*) FROM x GROUP BY g", "USING SAMPLE"),
+    ("SELECT COUNT(*) FROM (SELECT * INTO y FROM t)", "INTO"),
+    ("WITH x AS (SELECT * FROM t FOR UPDATE) SELECT COUNT(*) FROM x", "FOR UPDATE"),
+])
+def test_a_clause_a_view_cannot_merge_is_refused_for_free(one_table: Any, sql: str, what: str) -> None:
+    """Was: the clause was dropped and the rest answered, charged (a sample answered over every row). Now refused
+    before any charge, as the same clause on the outer query is."""
+    before = one_table.history().num_rows
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(dpsql.errors.UnsupportedQueryError, match=what):
+            one_table.query(sql, epsilon=1.0, delta=1e-6)
+    assert one_table.history().num_rows == before
+
+
+def test_the_outer_sample_is_refused_and_a_plain_view_answered(one_table: Any) -> None:
+    """Controls: USING SAMPLE on the outer query was refused already; a view that only projects and filters is merged
+    and answered (charged once)."""
+    with pytest.raises(dpsql.errors.UnsupportedQueryError, match="SAMPLE"):
+        one_table.query("SELECT COUNT(*) FROM t USING SAMPLE 10", epsilon=1.0, delta=1e-6)
+    before = one_table.history().num_rows
+    out, _, _ = run(one_table, "SELECT COUNT(*) AS n FROM (SELECT uid, v FROM t WHERE v > 5)", 1.0, 1e-6)
+    assert one_table.history().num_rows == before + 1 and out.table.num_rows == 1
 
 
 # ------------------------------------------------------------------------------------------------ held: the draws

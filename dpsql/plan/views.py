@@ -162,6 +162,12 @@ class _Merger:
             ("windows", "a WINDOW clause", "drop the window"),
             ("laterals", "LATERAL", "join registered tables with JOIN ... ON"),
             ("connect", "CONNECT BY", "drop it"),
+            # refused in the outer query too (``checks``): merged, they were dropped, so a sample was answered in full
+            ("sample", "USING SAMPLE", "drop the sample: sampling changes each person's contribution (dpsql bounds "
+                                       "each person's rows itself)"),
+            ("into", "SELECT ... INTO", "drop INTO"),
+            ("locks", "FOR UPDATE / FOR SHARE", "drop the locking clause"),
+            ("prewhere", "PREWHERE", "write the condition in WHERE"),
         ]
         unit = self.groups_by_unit(body)
         if unit is not None:  # SmartNoise's and Qrlew's per-person pre-aggregation: name its flat form
