@@ -19,6 +19,10 @@
   count (50 of 50 rows at zero noise), where the same clause on the outer query (and TABLESAMPLE anywhere) is refused
   for free ("sampling changes each person's contribution"). So were SELECT ... INTO and FOR UPDATE there. They are now
   refused for free in a view too, as in the outer query.
+* Wrong answer (fixed): `SELECT * EXCLUDE (v)` in a subquery in FROM or a CTE was merged as `SELECT *` (the check of
+  the star's modifiers read sqlglot's old key `except`; the parser names EXCLUDE `except_`), so
+  `SELECT SUM(v) FROM (SELECT * EXCLUDE (v) FROM t)`, an error in SQL, was charged and answered with SUM(v). It is now
+  refused for free like a view's * REPLACE and * RENAME.
 
 Held (recomputed here by routes that share no code with dpsql): every noise draw a release makes, recorded at the
 NoiseSource, has the scale the accounting states, and no more draws are made than the release needs: DAWA's stage-1
@@ -190,6 +194,9 @@ def test_dawa_shares_where_the_product_is_already_exact(one_table: Any) -> None:
     ("WITH x AS (SELECT * FROM t USING SAMPLE 10) SELECT g, COUNT(*) FROM x GROUP BY g", "USING SAMPLE"),
     ("SELECT COUNT(*) FROM (SELECT * INTO y FROM t)", "INTO"),
     ("WITH x AS (SELECT * FROM t FOR UPDATE) SELECT COUNT(*) FROM x", "FOR UPDATE"),
+    ("SELECT SUM(v) FROM (SELECT * EXCLUDE (v) FROM t)", "EXCLUDE"),
+    ("WITH x AS (SELECT t.* EXCLUDE (g) FROM t) SELECT g, COUNT(*) FROM x GROUP BY g", "EXCLUDE"),
+    ("SELECT SUM(v) FROM (SELECT * FROM (SELECT * EXCLUDE (v) FROM t))", "EXCLUDE"),
 ])
 def test_a_clause_a_view_cannot_merge_is_refused_for_free(one_table: Any, sql: str, what: str) -> None:
     """Was: the clause was dropped and the rest answered, charged (a sample answered over every row). Now refused

@@ -35,6 +35,9 @@ _FLAT = "write the query flat: select from the registered tables directly, with 
 _CLAUSES = {"pivots": "PIVOT / UNPIVOT", "sample": "TABLESAMPLE", "joins": "a JOIN inside the reference",
             "laterals": "LATERAL", "hints": "a table hint", "version": "a time travel clause (AT / FOR ... AS OF)"}
 
+#: the modifiers of * (EXCLUDE is sqlglot's ``except_``; ``except`` in older versions): a view's * with one is refused
+_STAR_MODIFIERS = ("except", "except_", "replace", "rename")
+
 #: refused in FROM wherever a table is expected: a VALUES list is rows written in the query, not a registered table
 VALUES_IN_FROM = ("VALUES in FROM is not supported: dpsql answers queries over registered tables (each row tied to a "
                   "person), and a VALUES list is rows written into the query")
@@ -288,7 +291,7 @@ class _Merger:
             star = inner if isinstance(inner, exp.Star) else inner.this if (
                 isinstance(inner, exp.Column) and isinstance(inner.this, exp.Star)) else None
             if star is not None:
-                if any(star.args.get(k) for k in ("except", "replace", "rename")):
+                if any(star.args.get(k) for k in _STAR_MODIFIERS):
                     self.refuse(it, f"SELECT * with EXCLUDE / REPLACE / RENAME in {label} is not supported",
                                 "list the columns the view selects")
                 q = inner.table.lower() if isinstance(inner, exp.Column) and inner.table else None
@@ -511,7 +514,7 @@ class _Merger:
         for it in out.expressions:
             star = it if isinstance(it, exp.Star) else it.this if (
                 isinstance(it, exp.Column) and isinstance(it.this, exp.Star)) else None
-            if star is not None and expand and not any(star.args.get(k) for k in ("except", "replace", "rename")):
+            if star is not None and expand and not any(star.args.get(k) for k in _STAR_MODIFIERS):
                 q = it.table.lower() if isinstance(it, exp.Column) and it.table else None
                 for s in sources:
                     if q is not None and s.alias != q:
