@@ -22,7 +22,8 @@
 * Wrong answer (fixed): `SELECT * EXCLUDE (v)` in a subquery in FROM or a CTE was merged as `SELECT *` (the check of
   the star's modifiers read sqlglot's old key `except`; the parser names EXCLUDE `except_`), so
   `SELECT SUM(v) FROM (SELECT * EXCLUDE (v) FROM t)`, an error in SQL, was charged and answered with SUM(v). It is now
-  refused for free like a view's * REPLACE and * RENAME.
+  refused for free like a view's * REPLACE and * RENAME; so is `* ILIKE '%w%'` (the columns whose names match),
+  which was merged as * the same way (SUM(v) answered though the view keeps only w).
 
 Held (recomputed here by routes that share no code with dpsql): every noise draw a release makes, recorded at the
 NoiseSource, has the scale the accounting states, and no more draws are made than the release needs: DAWA's stage-1
@@ -197,6 +198,8 @@ def test_dawa_shares_where_the_product_is_already_exact(one_table: Any) -> None:
     ("SELECT SUM(v) FROM (SELECT * EXCLUDE (v) FROM t)", "EXCLUDE"),
     ("WITH x AS (SELECT t.* EXCLUDE (g) FROM t) SELECT g, COUNT(*) FROM x GROUP BY g", "EXCLUDE"),
     ("SELECT SUM(v) FROM (SELECT * FROM (SELECT * EXCLUDE (v) FROM t))", "EXCLUDE"),
+    ("SELECT SUM(v) FROM (SELECT * ILIKE '%uid%' FROM t)", "ILIKE"),
+    ("WITH x AS (SELECT * ILIKE '%d' FROM t) SELECT COUNT(*) FROM x", "ILIKE"),
 ])
 def test_a_clause_a_view_cannot_merge_is_refused_for_free(one_table: Any, sql: str, what: str) -> None:
     """Was: the clause was dropped and the rest answered, charged (a sample answered over every row). Now refused

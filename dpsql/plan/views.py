@@ -35,8 +35,9 @@ _FLAT = "write the query flat: select from the registered tables directly, with 
 _CLAUSES = {"pivots": "PIVOT / UNPIVOT", "sample": "TABLESAMPLE", "joins": "a JOIN inside the reference",
             "laterals": "LATERAL", "hints": "a table hint", "version": "a time travel clause (AT / FOR ... AS OF)"}
 
-#: the modifiers of * (EXCLUDE is sqlglot's ``except_``; ``except`` in older versions): a view's * with one is refused
-_STAR_MODIFIERS = ("except", "except_", "replace", "rename")
+#: the modifiers of * (EXCLUDE is sqlglot's ``except_``; ``except`` in older versions; * ILIKE 'pattern' keeps the
+#: columns whose names match): a view's * with one is refused, merged as a plain * it would give every column
+_STAR_MODIFIERS = ("except", "except_", "replace", "rename", "ilike")
 
 #: refused in FROM wherever a table is expected: a VALUES list is rows written in the query, not a registered table
 VALUES_IN_FROM = ("VALUES in FROM is not supported: dpsql answers queries over registered tables (each row tied to a "
@@ -292,7 +293,7 @@ class _Merger:
                 isinstance(inner, exp.Column) and isinstance(inner.this, exp.Star)) else None
             if star is not None:
                 if any(star.args.get(k) for k in _STAR_MODIFIERS):
-                    self.refuse(it, f"SELECT * with EXCLUDE / REPLACE / RENAME in {label} is not supported",
+                    self.refuse(it, f"SELECT * with EXCLUDE / REPLACE / RENAME / ILIKE in {label} is not supported",
                                 "list the columns the view selects")
                 q = inner.table.lower() if isinstance(inner, exp.Column) and inner.table else None
                 if q is not None and q not in specs:
