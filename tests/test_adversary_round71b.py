@@ -1,4 +1,4 @@
-"""Privacy accounting to the last delta: the noise drawn is the noise accounted, and extreme budgets are refused as such.
+"""Accounting to the last delta: the noise drawn is the noise accounted; extreme budgets, and clauses a view dropped.
 
 * Message (fixed): a GROUP BY over keys released above a noisy threshold at a subnormal delta (5e-324; 1e-320 at
   C_u = 10^6; 1e-315 at C_u = 10^9) was refused with "could not find a feasible sigma", hint "report this as a bug".
@@ -7,13 +7,11 @@
 * Crash (fixed, the accounting's public function only): ``dpsql.accounting.gaussian_sigma(1e300, 1e-6, 1e-300)``
   raised ZeroDivisionError (the least sigma underflowed to 0 and was divided by); it is now a ConfigError naming the
   parameters. Queries never reached it (their sensitivities are normalised to >= 1; a clip_norm that small is refused).
-
 * Message (fixed): a DAWA release's recorded parameters (explain and the ledger row) gave epsilon2 as
   (1 - epsilon_split) * epsilon, while the run uses epsilon - epsilon1 stepped down until the two shares' exact sum is
   within epsilon: at epsilon = 0.1 (the default split) the row said epsilon1 = 0.025, epsilon2 = 0.07500000000000001,
   a sum above the 0.1 charged, where the run spent 0.025 + 0.075; at epsilon = 7.3, split 0.1, 0.73 + 6.57 (binary
   sum above 7.3) where the run used 6.569999999999999. The row now states the run's own shares.
-
 * Wrong answer (fixed): USING SAMPLE in a subquery in FROM or in a CTE was dropped when the view was merged into the
   query, so `SELECT COUNT(*) FROM (SELECT * FROM t USING SAMPLE 10)` was charged and answered with the whole table's
   count (50 of 50 rows at zero noise), where the same clause on the outer query (and TABLESAMPLE anywhere) is refused
@@ -32,7 +30,7 @@ bins with L = 4) and its stage-2 snapped Laplace at k / epsilon2 (5.333 -> 5.336
 Laplace and Gaussian mechanisms over public keys (sigma_j = sigma * Delta_j, Delta_j = k and k * 10); the sparse
 histogram's threshold noise on every group and its extra columns (COUNT(*) at k = 3, the centred AVG sum at
 k (hi - lo) / 2 = 15) only on the released ones; a ROLLUP's three groupings each at its own share; DP-S4S's runs at
-(tau_i + G_i) / epsilon_i, its epsilon'_i from Lemma 3.1's direct sum (0.033814, 0.251966 at Delta = 3, q = 1/16) and
+(tau_i + G_i) / epsilon_i (its RDP runs at their scheduled sigma_i), its epsilon'_i from Lemma 3.1's direct sum (0.033814, 0.251966 at Delta = 3, q = 1/16) and
 the vector form's charge ln(1 + q'(e^epsilon - 1)) (2.345131 at epsilon = 4, q' = 1 - (15/16)^3), its SVT noises
 2 kappa / epsilon1 and 4 kappa / epsilon1 (epsilon1 = epsilon / 10). The sparse histogram's exact delta (Theorem 5.4
 recomputed over a_= = 0..C_u - 1) stays below the delta asked for C_u in {1, 2, 5, 37}, k in {1, 2, 3}, with
