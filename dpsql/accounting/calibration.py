@@ -227,8 +227,12 @@ class _Problem:
             if math.isfinite(ts):
                 return sigma, ts
             sigma = float(np.nextafter(sigma, math.inf))
-        raise ConfigError(  # pragma: no cover - gaussian_sigma guarantees feasibility
-            "could not find a feasible sigma", hint="report this as a bug with the parameters used"
+        # gaussian_sigma meets delta_Gaussian; what no sigma meets is the threshold's delta_infinite = 1 - P^C_u at a
+        # subnormal delta (P within C_u * delta of 1 is not a double): a delta too small, not a fault
+        raise ConfigError(
+            f"delta={self.d!r} is too small for the sparse histogram: the probability that a group at the threshold "
+            "is released cannot be computed that small in floating point, so no noisy threshold can be calibrated",
+            hint="use a delta such as 1e-6 (well below 1/number_of_people); a subnormal delta is never reachable",
         )
 
 

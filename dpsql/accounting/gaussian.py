@@ -48,6 +48,7 @@ from __future__ import annotations
 import functools
 import math
 import struct
+import sys
 from collections.abc import Callable
 
 import numpy as np
@@ -361,4 +362,7 @@ def _sigma(e: float, d: float, s: float) -> float:
     time to analyse and route a query: some twenty evaluations of δ_G)."""
     m = gaussian_mu(e, d)
     log_d = math.log(d)
+    if not s / m >= sys.float_info.min:  # the least sigma underflows (a huge epsilon, a tiny sensitivity): s / x divided by 0
+        raise ConfigError(f"epsilon={e:g}, delta={d:g} and sensitivity={s:g} give a noise scale below the smallest "
+                          "double that can be represented", hint="use a smaller epsilon or a larger sensitivity")
     return _step_until(s / m, lambda x: _meets(e, s / x, d, log_d), math.inf)

@@ -447,6 +447,13 @@ class DawaSynopsis:
         return cls.from_dict(json.loads(text))
 
 
+def epsilon_shares(epsilon: float, ratio: float) -> tuple[float, float]:
+    """(epsilon1, epsilon2) a staged run at ``epsilon`` and ``ratio`` uses: what explain and the ledger state (the
+    product (1 - ratio) * epsilon can be an ulp above epsilon2, and the two shares' sum above epsilon)."""
+    _, eps1, eps2 = _check_epsilon(epsilon, ratio, True)
+    return eps1, eps2
+
+
 def _check_epsilon(epsilon: float, ratio: float, staged: bool) -> tuple[float, float, float]:
     eps = float(epsilon)
     if not np.isfinite(eps) or eps <= 0:

@@ -379,15 +379,18 @@ class Dawa:
                        "post-processing, no budget spent", *less, *widened),
                 reuse_of=cal.reuse[0],
             )
+        from dpsql.mechanisms.dawa import epsilon_shares
+
+        eps1, eps2 = epsilon_shares(cal.epsilon, cal.split)  # the run's own shares (their sum is within epsilon)
         params: dict[str, Any] = {
-            "epsilon1": cal.split * cal.epsilon,
-            "epsilon2": (1 - cal.split) * cal.epsilon,
+            "epsilon1": eps1,
+            "epsilon2": eps2,
             "max_rows_per_unit": cal.cap if cal.groups is None else (
                 None if math.isinf(cal.groups.max_rows_per_unit) else cal.groups.max_rows_per_unit),
             "dims": dims,
             "queries": len(wl.sqls) if not wl.histogram else len(wl.ranges),
             "stage1_calibration": "safe (docs/mechanisms.md section 2.4): Laplace (Delta_b + Delta_max) * k / epsilon1 on every bucket, no clamping",
-            "stage1_noise_scales": _stage1_scales(wl, cal.split * cal.epsilon, cal.cap),
+            "stage1_noise_scales": _stage1_scales(wl, eps1, cal.cap),
             **snapped,
         }
         if wl.histogram:

@@ -35,6 +35,10 @@ _FLAT = "write the query flat: select from the registered tables directly, with 
 _CLAUSES = {"pivots": "PIVOT / UNPIVOT", "sample": "TABLESAMPLE", "joins": "a JOIN inside the reference",
             "laterals": "LATERAL", "hints": "a table hint", "version": "a time travel clause (AT / FOR ... AS OF)"}
 
+#: the modifiers of * (EXCLUDE is sqlglot's ``except_``; ``except`` in older versions; * ILIKE 'pattern' keeps the
+#: columns whose names match): a view's * with one is refused, merged as a plain * it would give every column
+_STAR_MODIFIERS = ("except", "except_", "replace", "rename", "ilike")
+
 #: refused in FROM wherever a table is expected: a VALUES list is rows written in the query, not a registered table
 VALUES_IN_FROM = ("VALUES in FROM is not supported: dpsql answers queries over registered tables (each row tied to a "
                   "person), and a VALUES list is rows written into the query")
@@ -162,6 +166,12 @@ class _Merger:
             ("windows", "a WINDOW clause", "drop the window"),
             ("laterals", "LATERAL", "join registered tables with JOIN ... ON"),
             ("connect", "CONNECT BY", "drop it"),
+            # refused in the outer query too (``checks``): merged, they were dropped, so a sample was answered in full
+            ("sample", "USING SAMPLE", "drop the sample: sampling changes each person's contribution (dpsql bounds "
+                                       "each person's rows itself)"),
+            ("into", "SELECT ... INTO", "drop INTO"),
+            ("locks", "FOR UPDATE / FOR SHARE", "drop the locking clause"),
+            ("prewhere", "PREWHERE", "write the condition in WHERE"),
         ]
         unit = self.groups_by_unit(body)
         if unit is not None:  # SmartNoise's and Qrlew's per-person pre-aggregation: name its flat form
@@ -282,8 +292,8 @@ class _Merger:
             star = inner if isinstance(inner, exp.Star) else inner.this if (
                 isinstance(inner, exp.Column) and isinstance(inner.this, exp.Star)) else None
             if star is not None:
-                if any(star.args.get(k) for k in ("except", "replace", "rename")):
-                    self.refuse(it, f"SELECT * with EXCLUDE / REPLACE / RENAME in {label} is not supported",
+                if any(star.args.get(k) for k in _STAR_MODIFIERS):
+                    self.refuse(it, f"SELECT * with EXCLUDE / REPLACE / RENAME / ILIKE in {label} is not supported",
                                 "list the columns the view selects")
                 q = inner.table.lower() if isinstance(inner, exp.Column) and inner.table else None
                 if q is not None and q not in specs:
@@ -505,7 +515,7 @@ class _Merger:
         for it in out.expressions:
             star = it if isinstance(it, exp.Star) else it.this if (
                 isinstance(it, exp.Column) and isinstance(it.this, exp.Star)) else None
-            if star is not None and expand and not any(star.args.get(k) for k in ("except", "replace", "rename")):
+            if star is not None and expand and not any(star.args.get(k) for k in _STAR_MODIFIERS):
                 q = it.table.lower() if isinstance(it, exp.Column) and it.table else None
                 for s in sources:
                     if q is not None and s.alias != q:
