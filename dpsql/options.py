@@ -58,6 +58,21 @@ OPTIONS: dict[str, str] = {
 _CAP_OPTIONS = ("max_groups_per_unit", "max_rows_per_group", "max_rows_per_unit")
 
 LARGE_EPSILON = 10.0
+#: a query's delta above this is unusually large: a release may reveal one person outright with probability delta, so
+#: delta should be far below 1 / the number of people (1e-6 to 1e-9 is usual)
+LARGE_DELTA = 1e-3
+
+
+def warn_if_large(eps: float, d: float) -> None:
+    """A UserWarning for an unusually large epsilon or delta (public parameters only; the query still runs), shown at
+    the caller of ``Session.query`` / ``explain``."""
+    import warnings
+
+    if eps > LARGE_EPSILON:
+        warnings.warn(f"epsilon={eps:g} is unusually large: the release gives little privacy", stacklevel=4)
+    if d > LARGE_DELTA:
+        warnings.warn(f"delta={d:g} is unusually large: a release may reveal a person outright with probability delta "
+                      "(usual: well below 1 / the number of people, e.g. 1e-6)", stacklevel=4)
 
 
 #: the least sampling rate q accepted (see the check of option q)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import secrets
-import warnings
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
@@ -34,7 +33,7 @@ from dpsql.errors import ConfigError
 from dpsql.ledger import Ledger, check_reachable, open_ledger
 from dpsql.mechanisms.registry import Route, route, route_profile, route_workload
 from dpsql.noise import NoiseSource, default_noise_source
-from dpsql.options import LARGE_EPSILON, OPTIONS, check_options
+from dpsql.options import OPTIONS, check_options, warn_if_large
 from dpsql.release import Plan, Release, WorkloadRelease
 from dpsql.rewrite.bound import SALT_PLACEHOLDER
 
@@ -145,8 +144,7 @@ class Session(SessionObject):
         """Analyse and route: public metadata only, so every refusal here is free."""
         self._check_open()
         eps, d, opts = check_epsilon(epsilon), check_delta(delta), check_options(options)
-        if eps > LARGE_EPSILON:
-            warnings.warn(f"epsilon={eps:g} is unusually large: the release gives little privacy", stacklevel=3)
+        warn_if_large(eps, d)
         try:
             return (route_workload if many else route)(sql, eps, d, opts, self._catalog, self._ledger.find_synopsis)
         except OverflowError:
