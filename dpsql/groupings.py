@@ -181,6 +181,8 @@ def split(sql: Any, catalog: Mapping[str, Any]) -> Composite | None:
         return _mixed(sql) if isinstance(stmt, exp.Select) else None
     order_by_all_alone(stmt)
     refuse_empty_groupings(stmt)
+    if isinstance(stmt, exp.Select | exp.Union):
+        _refuse_dropped_clauses(stmt)
     if isinstance(stmt, exp.Select):
         g = _split_select(stmt, sql, catalog)
         if g is None:  # the words were in a literal or a name: a SELECT of quantiles and other aggregates, maybe
@@ -328,6 +330,23 @@ def _inside_aggregate(node: exp.Expression, top: exp.Expression) -> bool:
             return True
         p = p.parent
     return False
+
+
+#: clauses a SELECT of several groupings or of a UNION ALL would lose when its parts are written out (DuckDB's dialect
+#: has no such clause; one query has them refused, ``dpsql.plan.checks``): refused, never dropped
+_DROPPED = {"locks": "FOR UPDATE / FOR SHARE", "into": "SELECT ... INTO", "cluster": "CLUSTER BY",
+            "distribute": "DISTRIBUTE BY", "sort": "SORT BY", "sample": "USING SAMPLE", "prewhere": "PREWHERE",
+            "connect": "CONNECT BY"}
+
+
+def _refuse_dropped_clauses(stmt: exp.Expression) -> None:
+    """Refuse a clause of :data:`_DROPPED` on the statement or on any SELECT or UNION of it."""
+    for node in [stmt, *stmt.find_all(exp.Select, exp.Union)]:
+        key = next((k for k in _DROPPED if node.args.get(k)), None)
+        if key is not None:
+            raise _bad(f"{_DROPPED[key]} is not supported in a query of several groupings or a UNION ALL (nor in one "
+                       "query)", "drop it (ORDER BY sorts the released rows)" if key in ("cluster", "distribute", "sort")
+                       else "drop it")
 
 
 def _branches(stmt: exp.Expression) -> list[exp.Select]:

@@ -401,6 +401,9 @@ _CLAUSE_WORDS = {
     "pivots": {"PIVOT", "UNPIVOT"},
     "connect": {"CONNECT", "START"},
     "prewhere": {"PREWHERE"},
+    "cluster": {"CLUSTER"},
+    "distribute": {"DISTRIBUTE"},
+    "sort": {"SORT"},
 }
 
 
@@ -451,7 +454,8 @@ def check_statement_shape(stmt: exp.Expression, sql: str, *, start: int = 0, win
             what = ("SELECT DISTINCT with an aggregate or GROUP BY is not supported; drop DISTINCT (the rows of a GROUP "
                     "BY are distinct keys already; SELECT DISTINCT k without an aggregate lists the keys)")
         v.append(violation(stmt, sql, what, offset=_after_select_keyword(sql, start)))
-    for key in ("joins", "laterals", "windows", "qualify", "into", "locks", "sample", "pivots", "connect", "prewhere"):
+    for key in ("joins", "laterals", "windows", "qualify", "into", "locks", "sample", "pivots", "connect", "prewhere",
+                "cluster", "distribute", "sort"):
         val = stmt.args.get(key)
         if val and not (key == "qualify" and windows):
             if key == "joins":
@@ -474,8 +478,10 @@ def check_statement_shape(stmt: exp.Expression, sql: str, *, start: int = 0, win
                 )
             else:
                 off = keyword_offset(sql, _CLAUSE_WORDS.get(key, set()), after=start)
-                label = {"laterals": "LATERAL", "windows": "WINDOW", "locks": "FOR UPDATE/SHARE", "connect": "CONNECT BY"}.get(key, key.upper())
-                v.append(violation(stmt, sql, f"{label} clauses are not supported", offset=off))
+                label = {"laterals": "LATERAL", "windows": "WINDOW", "locks": "FOR UPDATE/SHARE", "connect": "CONNECT BY",
+                         "cluster": "CLUSTER BY", "distribute": "DISTRIBUTE BY", "sort": "SORT BY"}.get(key, key.upper())
+                fix = " (ORDER BY sorts the released rows)" if key in ("cluster", "distribute", "sort") else ""
+                v.append(violation(stmt, sql, f"{label} clauses are not supported{fix}", offset=off))
     return v
 
 
