@@ -6,7 +6,7 @@ its upper bound and over public lookups. Each test says what was wrong and what 
   releases them. A grouped join refused ``GROUP BY o.d`` as "neither a column of a public table nor declared
   public" (the range was read as a timestamp range, whose days it took for no key set), and a lookup join released
   its keys above a noisy threshold only (charged, no row at zero noise). Now both release the grid's days, as the
-  one table does. And on the one table, ``WHERE d > DATE '2020-01-09'`` over the grid [2020-01-01, 2020-01-10) was
+  one table does. Likewise ``SUM(d - DATE '2020-01-01')`` was refused for want of bounds; now its days bound it. And on the one table, ``WHERE d > DATE '2020-01-09'`` over the grid [2020-01-01, 2020-01-10) was
   charged and released the key 2020-01-09, which no row can be in (declared with dates it was refused for free):
   each one-day bin from a midnight holds one DATE value whatever the bounds' spelling, and is read so.
 * On Spark, ``year(o.ts)`` as a grouped join's key, of a TIMESTAMP column whose range was declared with dates
@@ -155,6 +155,20 @@ def test_a_where_past_the_last_day_of_a_range_declared_with_midnights_is_refused
 def test_negative_control_the_last_day_is_answered(midnights: Any) -> None:
     for sql, a in ((ONE, ""), (JOINED, "o."), (LOOKUP, "o1.")):
         assert [r["k"] for r in ask(midnights, sql.format(w=f"WHERE {a}d >= DATE '2020-01-09' "))] == [NINE_DAYS[-1]]
+
+
+def test_a_sum_of_days_over_a_range_declared_with_midnights_has_its_bounds() -> None:
+    """Was: SUM(d - DATE '2020-01-01') refused ("needs bounds: a number of days has bounds from ... DATE columns with
+    a declared range"), though d's range was declared, with midnight timestamps. Now bounded by its days as with
+    dates: the same sum at zero noise, each value clamped to [0, 9] (rows on 2020-01-11 count 9, not 10)."""
+    sql = "SELECT SUM(d - DATE '2020-01-01') AS n FROM o1"
+    for extra, want in ((False, 195.0), (True, 196.0)):
+        for d in (DATES, MIDNIGHTS):
+            s = _session(d, extra=extra)
+            try:
+                assert ask(s, sql) == [{"n": want}]
+            finally:
+                s.close()
 
 
 # -- 2. Spark: year(ts) of a TIMESTAMP column whose range was declared with dates ------------------------------------
