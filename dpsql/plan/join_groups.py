@@ -210,7 +210,7 @@ def _key(g: exp.Expression, tables: Mapping[str, TableSpec], resolve: Callable[[
            f"public, so its keys would reveal private values (hint: declare columns={{'{column}': {{'domain': [...]}}}} on "
            f"table '{t.name}', or join a public table and group by its column)")
     o = spec.ordered
-    lo, hi = (day_of(o.lo), _last_day(o.hi)) if _of_days(o) else (None, None)
+    lo, hi = (day_of(o.lo), _last_day(o.hi)) if o is not None and _of_days(o) else (None, None)
     if typ.upper() == "DATE" and lo is not None and hi is not None and (hi - lo).days >= MAX_GROUPS:
         # a declared date range with more days than a grouped join releases: said as such (the catalog's, no row)
         msg = (f"GROUP BY {quoted(col)}: the declared range of '{t.name}.{column}' holds {(hi - lo).days + 1} days, more "
@@ -308,8 +308,7 @@ def _public_values(t: TableSpec, column: str, by_date: bool = False) -> tuple[An
     if base == "BOOLEAN":
         return (False, True)
     o = spec.ordered
-    if base == "DATE" and _of_days(o):
-        assert o is not None
+    if base == "DATE" and o is not None and _of_days(o):
         days = _days(o.lo, o.hi)
         return None if days is None else tuple(days)
     if base == "TIMESTAMP" and by_date and o is not None and o.kind in ("date", "timestamp"):
