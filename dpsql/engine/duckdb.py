@@ -507,7 +507,7 @@ class DuckDBBackend:
             except (OSError, pa.ArrowException) as e:  # an OSError: a file gone or not readable (a retry may read it)
                 failure = (ConfigError if isinstance(e, pa.ArrowException) else InputUnavailableError)(
                     f"cannot read table source for '{name}' ({kind}): {type(e).__name__}",
-                    hint="check that the file exists, is readable and is valid Parquet")
+                    hint="check that the file exists, is readable and is valid " + ("CSV" if kind == "csv" else "Parquet"))
             except ConfigError:
                 self.unregister_source(name, kind, view)
                 raise

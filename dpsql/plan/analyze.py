@@ -262,7 +262,7 @@ def one_value_per_bin(d: OrderedDomain, type_text: str | None) -> bool:
         return False
     if d.kind == "numeric":
         return d.width == 1.0 and float(d.lo).is_integer()
-    if d.kind == "date" and d.bin_seconds == 86400.0:
+    if d.kind in ("date", "timestamp") and d.bin_seconds == 86400.0:  # (a DATE column's range given as midnights)
         lo = dt.datetime.fromisoformat(str(d.lo))
         return lo == dt.datetime(lo.year, lo.month, lo.day)
     return False

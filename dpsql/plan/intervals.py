@@ -97,7 +97,7 @@ def declared_days(table: TableSpec, column: str, cast: bool = False) -> Interval
     if table.schema.get(column, "").strip().upper() not in (("DATE", "TIMESTAMP") if cast else ("DATE",)):
         return None
     o = table.column(column).ordered
-    if o is None or o.kind != "date":
+    if o is None or o.kind not in ("date", "timestamp"):  # (a range given as timestamps holds the days of its ends too)
         return None
     lo, hi = day_of(o.lo), day_of(o.hi)
     return None if lo is None or hi is None else (float(lo.toordinal()), float(hi.toordinal()))

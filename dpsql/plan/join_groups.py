@@ -177,12 +177,14 @@ def _key(g: exp.Expression, tables: Mapping[str, TableSpec], resolve: Callable[[
                    "column has no declared date range (hint: declare columns={'" + column + "': {'bounds': "
                    "('1992-01-01', '1998-12-31'), 'bin_width': '1 day'}} on table " + repr(t.name) + ")")
             return None
-        y0, y1 = _year_of(o.lo), _year_of(_last_day(o.hi))
+        y0, y1 = _year_of(o.lo), _year_of(_last_day(_grid_end(o)))
         if y0 is None or y1 is None:  # pragma: no cover - the catalog validates ordered date ranges
             bad(g, f"the declared range of '{t.name}.{column}' has no readable years")
             return None
         expr = exp.func("year", exp.column(f, quoted=False))
-        expr.meta[TEMPORAL_ARG] = o.kind  # the argument's kind, for engines that spell date parts by it (Spark)
+        # the argument's type, for engines that spell date parts by it (Spark): the column's, not its range's (a
+        # TIMESTAMP column declared from '2020-01-01' was lowered as a DATE, unix_date(ts), which Spark refuses)
+        expr.meta[TEMPORAL_ARG] = "date" if typ.upper() == "DATE" else "timestamp"
         return ir.JoinKey(name, expr, f"year({where})", "year", alias, column, "BIGINT", tuple(range(y0, y1 + 1)))
     if spec.domain is not None:
         return ir.JoinKey(name, exp.column(f, quoted=False), where, "declared", alias, column, typ, tuple(spec.domain))
@@ -208,7 +210,7 @@ def _key(g: exp.Expression, tables: Mapping[str, TableSpec], resolve: Callable[[
            f"public, so its keys would reveal private values (hint: declare columns={{'{column}': {{'domain': [...]}}}} on "
            f"table '{t.name}', or join a public table and group by its column)")
     o = spec.ordered
-    lo, hi = (day_of(o.lo), _last_day(o.hi)) if o is not None and o.kind == "date" else (None, None)
+    lo, hi = (day_of(o.lo), _last_day(_grid_end(o))) if o is not None and _of_days(o) else (None, None)
     if typ.upper() == "DATE" and lo is not None and hi is not None and (hi - lo).days >= MAX_GROUPS:
         # a declared date range with more days than a grouped join releases: said as such (the catalog's, no row)
         msg = (f"GROUP BY {quoted(col)}: the declared range of '{t.name}.{column}' holds {(hi - lo).days + 1} days, more "
@@ -274,6 +276,30 @@ def _last_day(hi_v: Any) -> datetime.date | None:
     return None
 
 
+def _grid_end(o: Any) -> Any:
+    """The end of a declared date range's grid: ``hi``, or its last bin's end where that comes first (a tail after
+    the last whole bin shorter than the catalog's tolerance, 1e-9 of a bin, is in no bin of a one-table histogram:
+    [2019-12-01, 2020-01-01 00:00:00.000001) in one-day bins is 31 bins, 2020-01-01 in none)."""
+    try:
+        lo, hi = datetime.datetime.fromisoformat(str(o.lo)), datetime.datetime.fromisoformat(str(o.hi))
+        end = lo + datetime.timedelta(seconds=float(o.bins) * float(o.bin_seconds))
+    except (TypeError, ValueError, OverflowError):  # pragma: no cover - the catalog writes ISO bounds and a bin width
+        return o.hi
+    return min(hi, end)
+
+
+def _of_days(o: Any) -> bool:
+    """Whether a DATE column's declared range is one of days: given as dates, or as timestamps from a midnight
+    (``datetime(2020, 1, 1)``, ``'2020-01-01 00:00:00'``), whose one-table histogram releases the same days."""
+    if o is None or o.kind not in ("date", "timestamp"):
+        return False
+    try:
+        lo = datetime.datetime.fromisoformat(str(o.lo))
+    except ValueError:  # pragma: no cover - the catalog writes ISO bounds
+        return False
+    return o.kind == "date" or lo == datetime.datetime(lo.year, lo.month, lo.day)
+
+
 def _days(lo_v: Any, hi_v: Any) -> list[datetime.date] | None:
     """The days of a declared date range's half-open grid [lo, hi) (:func:`_last_day`)."""
     lo, hi = day_of(lo_v), _last_day(hi_v)
@@ -294,11 +320,11 @@ def _public_values(t: TableSpec, column: str, by_date: bool = False) -> tuple[An
     if base == "BOOLEAN":
         return (False, True)
     o = spec.ordered
-    if base == "DATE" and o is not None and o.kind == "date":
-        days = _days(o.lo, o.hi)
+    if base == "DATE" and o is not None and _of_days(o):
+        days = _days(o.lo, _grid_end(o))
         return None if days is None else tuple(days)
     if base == "TIMESTAMP" and by_date and o is not None and o.kind in ("date", "timestamp"):
-        days = _days(o.lo, o.hi)
+        days = _days(o.lo, _grid_end(o))
         return None if days is None else tuple(datetime.datetime(d.year, d.month, d.day) for d in days)
     int_range = _INT_RANGES.get(parse_type(t.schema[column]).name) if column in t.schema else None
     if int_range is not None:  # an integer type (its canonical name, as the typer's table of ranges has it)
