@@ -172,6 +172,10 @@ class _Merger:
             ("into", "SELECT ... INTO", "drop INTO"),
             ("locks", "FOR UPDATE / FOR SHARE", "drop the locking clause"),
             ("prewhere", "PREWHERE", "write the condition in WHERE"),
+            # (Spark's partitioning clauses: refused in the outer query and in a UNION ALL's parts, ``checks``)
+            ("cluster", "CLUSTER BY", "drop it (ORDER BY in the outer query sorts the released rows)"),
+            ("distribute", "DISTRIBUTE BY", "drop it (ORDER BY in the outer query sorts the released rows)"),
+            ("sort", "SORT BY", "drop it (ORDER BY in the outer query sorts the released rows)"),
         ]
         unit = self.groups_by_unit(body)
         if unit is not None:  # SmartNoise's and Qrlew's per-person pre-aggregation: name its flat form
