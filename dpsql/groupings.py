@@ -54,7 +54,7 @@ from dpsql import postprocess
 from dpsql.budget import Budget, check_delta, check_epsilon, exact, float_at_least, float_at_most
 from dpsql.charge import charged, keeps_answer, record_release, reserve
 from dpsql.errors import ConfigError, QueryError, UnsupportedQueryError
-from dpsql.options import check_options
+from dpsql.options import check_options, routing_shares, warn_if_large
 from dpsql.plan.checks import ROW_COUNT_MAX, is_aggregate, output_name
 from dpsql.plan.parse import (
     DIALECT,
@@ -612,6 +612,7 @@ def _weights(g: Composite, opts: dict[str, Any]) -> list[Fraction]:
 def _routes(session: Any, g: Composite, epsilon: Any, delta: Any, options: Any) -> tuple[list[Any], list[Fraction]]:
     session._check_open()  # said alone, not as a refusal of the first query at its share
     eps, d, opts = check_epsilon(epsilon), check_delta(delta), check_options(options)
+    warn_if_large(eps, d)  # the request's total, which it is charged (each query is routed at its share, unweighed)
     weights = _weights(g, opts)
     n, routes = len(g.components), []
     read: set[str] = set()  # the options some query reads
@@ -622,7 +623,7 @@ def _routes(session: Any, g: Composite, epsilon: Any, delta: Any, options: Any) 
                               f"{'epsilon' if e == 0 else 'delta'} that rounds to 0", hint="give weights that are "
                               "closer to each other (explain shows each query's share)")
         own = dict(opts)
-        with _naming(g, i, n, sql):
+        with _naming(g, i, n, sql), routing_shares():
             while True:
                 try:
                     routes.append(session._route(sql, e, dd, own))

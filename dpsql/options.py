@@ -8,7 +8,11 @@ never raised above the data owner's; tau may be raised, never lowered.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
+import os
+from collections.abc import Iterator
 from typing import Any
 
 from dpsql.errors import ConfigError
@@ -63,16 +67,49 @@ LARGE_EPSILON = 10.0
 LARGE_DELTA = 1e-3
 
 
+#: set while a request of several queries (ROLLUP, UNION ALL) routes each query at its share: the request's own
+#: (epsilon, delta) were weighed already, and a share below the thresholds says nothing of what was asked
+_SHARES: contextvars.ContextVar[bool] = contextvars.ContextVar("dpsql_routing_shares", default=False)
+
+
+@contextlib.contextmanager
+def routing_shares() -> Iterator[None]:
+    """Route the queries of one request at their shares: :func:`warn_if_large` weighs the request's total instead."""
+    token = _SHARES.set(True)
+    try:
+        yield
+    finally:
+        _SHARES.reset(token)
+
+
 def warn_if_large(eps: float, d: float) -> None:
     """A UserWarning for an unusually large epsilon or delta (public parameters only; the query still runs), shown at
-    the caller of ``Session.query`` / ``explain``."""
+    the line that called dpsql (``Session.query`` / ``explain``, through however many of dpsql's own frames). A
+    request of several queries is weighed at its total, not at each query's share (``groupings``: a ROLLUP at
+    delta=2e-3 charges 2e-3, though each of its two queries has 1e-3)."""
     import warnings
 
+    if _SHARES.get():
+        return
     if eps > LARGE_EPSILON:
-        warnings.warn(f"epsilon={eps:g} is unusually large: the release gives little privacy", stacklevel=4)
+        warnings.warn(f"epsilon={eps:g} is unusually large: the release gives little privacy", stacklevel=_caller())
     if d > LARGE_DELTA:
         warnings.warn(f"delta={d:g} is unusually large: a release may reveal a person outright with probability delta "
-                      "(usual: well below 1 / the number of people, e.g. 1e-6)", stacklevel=4)
+                      "(usual: well below 1 / the number of people, e.g. 1e-6)", stacklevel=_caller())
+
+
+def _caller() -> int:
+    """The ``stacklevel`` of the first frame outside the dpsql package above :func:`warn_if_large`'s caller (a fixed
+    level named a decorator's frame, ``dpsql/charge.py``, for ``Session.query``)."""
+    import sys
+    import types
+
+    package = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    frame: types.FrameType | None = sys._getframe(2)  # (level 1 is warn_if_large's own line)
+    level = 2
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 #: the least sampling rate q accepted (see the check of option q)
