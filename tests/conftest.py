@@ -369,6 +369,11 @@ EXTENDED = {
     **{f"test_adversary_scan_statistics.py::test_join_shapes_whose_sizes_one_person_makes_cross_keep_their_plan"
        f"[{shape}-parquet]": f"the same shape over tables ([{shape}-table]), and the chain4 and star shapes over Parquet "
        "([chain4-parquet], [star-parquet])" for shape in ("group", "path")},
+    **{f"test_adversary_round72c.py::test_held_{name}": "the same date key sets, free refusals and FIFO sources on "
+       "DuckDB: test_adversary_round72a.py; on both engines, the refusals of round 72c's findings and their "
+       "negative control" for name in ("date_key_sets_are_the_same_on_both", "free_refusals_are_the_same_on_both",
+                                       "the_answers_beside_the_refusals_are_the_same_on_both",
+                                       "a_parquet_file_replaced_by_a_fifo_is_refused_for_free_on_both")},
     "test_adversary_round44.py::test_removing_a_person_moves_the_groups_within_the_caps[7-SELECT note, n2,":
         "the ordinary person under the same caps with one key ([7-SELECT note, COUNT(*) ...-capsN]), and the person "
         "of one hash with two keys ([1000000-SELECT note, n2, ...-capsN])",
