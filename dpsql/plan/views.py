@@ -172,6 +172,11 @@ class _Merger:
             ("into", "SELECT ... INTO", "drop INTO"),
             ("locks", "FOR UPDATE / FOR SHARE", "drop the locking clause"),
             ("prewhere", "PREWHERE", "write the condition in WHERE"),
+            # DuckDB's dialect has none of these: merged, they were dropped without a word (refused in the outer query)
+            ("cluster", "CLUSTER BY", "drop it (ORDER BY in the outer query sorts the released rows)"),
+            ("distribute", "DISTRIBUTE BY", "drop it (ORDER BY in the outer query sorts the released rows)"),
+            ("sort", "SORT BY", "drop it (ORDER BY in the outer query sorts the released rows)"),
+            ("kind", "SELECT AS STRUCT / AS VALUE", "drop AS STRUCT / AS VALUE (select the columns)"),
         ]
         unit = self.groups_by_unit(body)
         if unit is not None:  # SmartNoise's and Qrlew's per-person pre-aggregation: name its flat form
