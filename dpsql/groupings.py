@@ -373,6 +373,9 @@ def _refuse_dropped_clauses(stmt: exp.Expression) -> None:
         if isinstance(node, exp.Group) and node.args.get("all") is False:
             raise _bad("GROUP BY DISTINCT with several groupings is not supported (it drops the repeated groupings)",
                        "name each grouping once, without DISTINCT")
+        if isinstance(node, exp.Table) and node.args.get("sample"):  # (written out, a count of rows for some methods)
+            raise _bad("TABLESAMPLE / USING SAMPLE is not supported: sampling changes each person's contribution",
+                       "drop the sample (dpsql bounds each person's rows itself)")
         if isinstance(node, exp.Table) and node.args.get("hints"):
             raise _bad("table hints such as WITH (NOLOCK) are not supported", "remove them (the query reads a snapshot)")
 
@@ -547,7 +550,8 @@ def _grouping_bits(node: exp.Expression, keys: set[str], single: bool | frozense
 def _output(it: exp.Expression, universe: dict[str, exp.Expression], single: bool | frozenset[str]) -> tuple[str, str | None]:
     """(output name, the grouping column it is, or None). A grouping column inside any other output is refused."""
     inner = it.this if isinstance(it, exp.Alias) else it
-    name = it.alias if isinstance(it, exp.Alias) else (inner.name if isinstance(inner, exp.Column) else inner.sql(dialect=DIALECT))
+    name = it.alias if isinstance(it, exp.Alias) else (inner.name if isinstance(inner, exp.Column) else
+                                                            inner.sql(dialect=DIALECT, unsupported_level=ErrorLevel.IGNORE))
     key = _norm(_strip(inner), single)
     if key in universe:
         return name, key

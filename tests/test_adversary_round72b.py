@@ -143,6 +143,8 @@ def test_negative_control_repeated_groupings_and_mysql_with_rollup_as_duckdb(ses
     ("WITH v AS (SELECT * FROM t DISTRIBUTE BY k) SELECT k, COUNT(*) AS n FROM v GROUP BY k", "DISTRIBUTE BY"),
     ("SELECT k, SUM(v IGNORE NULLS) AS m FROM t GROUP BY ROLLUP (k)", "IGNORE NULLS"),
     (f"SELECT k, SUM(v IGNORE NULLS) AS m FROM t GROUP BY k UNION ALL {_ONE}", "IGNORE NULLS"),
+    # written out strictly, BERNOULLI (20) (a count of rows) was refused by sqlglot's words; now by the sample's own
+    ("SELECT k, COUNT(*) AS n FROM t TABLESAMPLE BERNOULLI (20) GROUP BY ROLLUP (k)", "sampling changes each person"),
 ])
 def test_clauses_refused_on_one_query_are_refused_on_every_path(session: dpsql.Session, sql: str, named: str) -> None:
     _refused(session, sql, named)
@@ -155,7 +157,8 @@ def test_negative_control_the_same_paths_without_the_clauses(session: dpsql.Sess
 
 
 @pytest.mark.parametrize("sql", [f"{_ONE} FOR UPDATE", "SELECT k, COUNT(*) AS n FROM (SELECT * FROM t FOR UPDATE) GROUP BY k",
-                                 f"{_JOIN} FOR UPDATE", "SELECT k, SUM(v IGNORE NULLS) AS m FROM t GROUP BY ROLLUP (k)"])
+                                 f"{_JOIN} FOR UPDATE", "SELECT k, SUM(v IGNORE NULLS) AS m FROM t GROUP BY ROLLUP (k)",
+                                 "SELECT SUM(v IGNORE NULLS) FROM t", f"{_ONE} HAVING SUM(v IGNORE NULLS) > 1"])
 def test_a_refusal_prints_no_sqlglot_warning(session: dpsql.Session, sql: str, caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.DEBUG, logger="sqlglot"):
         with pytest.raises(UnsupportedQueryError):

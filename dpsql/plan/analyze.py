@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from sqlglot import exp
+from sqlglot import ErrorLevel, exp
 
 from dpsql.catalog import OrderedDomain, TableSpec, reference_problems, unit_paths
 from dpsql.errors import PolicyError, QueryError, UnsupportedQueryError, Violation
@@ -197,7 +197,7 @@ def _norm(node: exp.Expression) -> str:
     for f in n.find_all(exp.Anonymous):
         if isinstance(f.this, str):
             f.set("this", f.this.lower())
-    return n.sql(dialect=DIALECT, normalize=True)
+    return n.sql(dialect=DIALECT, normalize=True, unsupported_level=ErrorLevel.IGNORE)  # a key to match, never run
 
 
 def lower_columns(node: exp.Expression) -> None:

@@ -189,7 +189,7 @@ def output_name(it: exp.Expression, sql: str, used: set[str], suffix: dict[str, 
     elif isinstance(inner, exp.Column):
         name = inner.name
     else:
-        name = inner.sql(dialect=DIALECT)
+        name = inner.sql(dialect=DIALECT, unsupported_level=ErrorLevel.IGNORE)  # (refused when rendered to run)
         written = written_name(inner, sql, rendered=name)
         if written and written.lower() != name.split("(", 1)[0].lower():
             name = written + name[len(name.split("(", 1)[0]):]
