@@ -20,7 +20,8 @@ test says what was wrong and what is right now.
   not supported for non-window functions." on stderr, where one query refuses it: the parts of such a request are now
   written strictly, as one query is. Refusing ``FOR UPDATE`` (on one query, a subquery, a join) printed sqlglot's
   "Locking reads using 'FOR UPDATE/SHARE' are not supported" on stderr (the message's quote of the query was rendered
-  leniently): now quoted without a warning.
+  leniently), as did naming an output or a key of one (``SUM(v IGNORE NULLS)`` on one query): now without a
+  warning. With ROLLUP, ``TABLESAMPLE BERNOULLI (20)`` is refused as sampling, as on one query.
 
 What held (zero noise, each against DuckDB's answer to the same SQL): sqlglot's DuckDB round trip of ~400 single
 queries (functions, casts, literals and escapes, intervals, LIKE / SIMILAR / GLOB forms, lambdas, struct and list
