@@ -275,6 +275,8 @@ def _split_mixed(stmt: exp.Select, sql: str) -> Composite | None:
         kinds.append(found.pop())
     if len(set(kinds)) != 2:
         return None
+    # its two queries are written out: what they would lose is refused, as with several groupings
+    _refuse_dropped_clauses(stmt, "a SELECT of quantiles and other aggregates")
     order = list(dict.fromkeys(kinds))  # the kind of the first output first
     components, names = [], []
     wanted = _output_names(stmt, sql)
@@ -347,7 +349,7 @@ def _text(part: exp.Expression) -> str:
     return render(part)
 
 
-def _refuse_dropped_clauses(stmt: exp.Expression) -> None:
+def _refuse_dropped_clauses(stmt: exp.Expression, where: str = "a query of several groupings or a UNION ALL") -> None:
     """Refuse a clause of :data:`_DROPPED` on the statement or on any SELECT or UNION of it, and the clauses that the
     parts' SQL would lose or read otherwise: another dialect's (``LIMIT 1 BY k``, ``WITH TOTALS``, ``SELECT AS
     STRUCT``, ``ORDER BY ... WITH FILL``, a table hint), ``FETCH FIRST n PERCENT ROWS ONLY`` and ``... WITH TIES``
@@ -356,17 +358,16 @@ def _refuse_dropped_clauses(stmt: exp.Expression) -> None:
     for node in [stmt, *stmt.find_all(exp.Select, exp.Union)]:
         key = next((k for k in _DROPPED if node.args.get(k)), None)
         if key is not None:
-            raise _bad(f"{_DROPPED[key]} is not supported in a query of several groupings or a UNION ALL (nor in one "
-                       "query)", "drop it (ORDER BY sorts the released rows)" if key in ("cluster", "distribute", "sort")
+            raise _bad(f"{_DROPPED[key]} is not supported in {where} (nor in one query)",
+                       "drop it (ORDER BY sorts the released rows)" if key in ("cluster", "distribute", "sort")
                        else "drop it")
     for what, _ in foreign_clauses(stmt):
-        raise _bad(f"{what} is not supported in a query of several groupings or a UNION ALL (nor in one query)",
-                   "drop it")
+        raise _bad(f"{what} is not supported in {where} (nor in one query)", "drop it")
     for node in stmt.find_all(exp.Limit, exp.Fetch, exp.Ordered, exp.Group, exp.Table):
         opts = node.args.get("limit_options") if isinstance(node, (exp.Limit, exp.Fetch)) else None
         if opts is not None and (opts.args.get("percent") or opts.args.get("with_ties")):
-            raise _bad(f"LIMIT {'PERCENT' if opts.args.get('percent') else 'WITH TIES'} with several groupings or a "
-                       "UNION ALL is not supported", "write a number of rows, e.g. LIMIT 10")
+            raise _bad(f"LIMIT {'PERCENT' if opts.args.get('percent') else 'WITH TIES'} in {where} is not supported",
+                       "write a number of rows, e.g. LIMIT 10")
         if isinstance(node, exp.Ordered) and node.args.get("with_fill"):
             raise _bad("ORDER BY ... WITH FILL (rows added between the keys, ClickHouse's) is not supported",
                        "drop WITH FILL")

@@ -13,7 +13,8 @@ test says what was wrong and what is right now.
   options): every row, or one row where the ties were two. Now refused for free, as they are after the whole.
 * ``GROUP BY DISTINCT ROLLUP (k), ROLLUP (k)`` (PostgreSQL's: each grouping once) released the grouping (k) three
   times, each charged. Now refused for free.
-* ``ORDER BY ... WITH FILL`` and a table hint (``WITH (NOLOCK)``) were dropped with several groupings or a UNION ALL
+* ``ORDER BY ... WITH FILL`` and a table hint (``WITH (NOLOCK)``) were dropped with several groupings or a UNION ALL,
+  a table hint and ``CLUSTER BY`` from a quantile beside other aggregates (``SELECT MEDIAN(v), COUNT(*) ...``)
   (one query refuses them); ``CLUSTER BY`` / ``DISTRIBUTE BY`` were dropped from a view (the outer query refuses
   them). Now refused alike.
 * ``SUM(v IGNORE NULLS)`` with ROLLUP or in a UNION ALL was answered as ``SUM(v)`` and sqlglot printed "IGNORE NULLS is
@@ -22,6 +23,12 @@ test says what was wrong and what is right now.
   "Locking reads using 'FOR UPDATE/SHARE' are not supported" on stderr (the message's quote of the query was rendered
   leniently), as did naming an output or a key of one (``SUM(v IGNORE NULLS)`` on one query): now without a
   warning. With ROLLUP, ``TABLESAMPLE BERNOULLI (20)`` is refused as sampling, as on one query.
+
+* Over a join each aggregate call was known by its SQL in lower case, string literals too: in ``SELECT p.rg,
+  SUM(CASE WHEN o.k = 'a' THEN 1 ELSE 0 END), SUM(CASE WHEN o.k = 'A' THEN 1 ELSE 0 END) ... GROUP BY p.rg`` the second
+  call was taken for the first and released its value (7 where SQL has 0), and an ORDER BY of the 'A' call sorted by
+  the 'a' call. Now names alone are read in any case: the second call is answered on its own, and the ORDER BY of a
+  call the SELECT list lacks is refused as such.
 
 What held (zero noise, each against DuckDB's answer to the same SQL): sqlglot's DuckDB round trip of ~400 single
 queries (functions, casts, literals and escapes, intervals, LIKE / SIMILAR / GLOB forms, lambdas, struct and list
@@ -165,3 +172,41 @@ def test_a_refusal_prints_no_sqlglot_warning(session: dpsql.Session, sql: str, c
         with pytest.raises(UnsupportedQueryError):
             session.query(sql, epsilon=1.0, delta=1e-6)
     assert [r.getMessage() for r in caplog.records if r.name.startswith("sqlglot")] == []
+
+
+_LOWER = "SUM(CASE WHEN o.k = 'a' THEN 1 ELSE 0 END)"
+_UPPER = "SUM(CASE WHEN o.k = 'A' THEN 1 ELSE 0 END)"
+
+
+def test_join_aggregates_that_differ_in_a_literals_case_are_two_calls(session: dpsql.Session) -> None:
+    # over a join each aggregate call was known by its SQL in lower case: the call with 'A' (no row) was taken for
+    # the call with 'a' and released its value (7 where SQL has 0)
+    sql = f"SELECT p.rg, {_LOWER} AS lo, {_UPPER} AS up FROM o JOIN p ON o.pid = p.pid GROUP BY p.rg"
+    got = [(rg, int(lo), int(up)) for rg, lo, up in _rows(session, sql)]
+    assert got == _duck(sql) == [("e", 0, 0), ("n", 7, 0), ("s", 7, 0)]
+
+
+def test_join_order_by_a_call_the_select_list_lacks_is_refused_not_read_as_another(session: dpsql.Session) -> None:
+    _refused(session, f"SELECT p.rg, {_LOWER} AS lo FROM o JOIN p ON o.pid = p.pid GROUP BY p.rg ORDER BY {_UPPER}",
+             "released only when the SELECT list asks for it")
+
+
+def test_negative_control_a_join_call_spelled_in_another_case_is_the_same_call(session: dpsql.Session) -> None:
+    sql = (f"SELECT p.rg, {_LOWER} AS lo FROM o JOIN p ON o.pid = p.pid GROUP BY p.rg "
+           "ORDER BY sum(CASE WHEN O.K = 'a' THEN 1 ELSE 0 END) DESC, 1")
+    rows = [tuple(r.values()) for r in session.query(sql, epsilon=1.0, delta=1e-6).table.to_pylist()]
+    assert [(rg, int(lo)) for rg, lo in rows] == [("n", 7), ("s", 7), ("e", 0)]
+
+
+@pytest.mark.parametrize(("clause", "named"), [("CLUSTER BY v", "CLUSTER BY"), ("WITH (NOLOCK)", "table hints"),
+                                               ("FOR UPDATE", "FOR UPDATE")])
+def test_a_quantile_beside_other_aggregates_drops_no_clause(session: dpsql.Session, clause: str, named: str) -> None:
+    # MEDIAN(v) beside COUNT(*) is answered as two queries written out: CLUSTER BY and a table hint were dropped
+    # (answered), FOR UPDATE refused in sqlglot's words; one query refuses each, naming it
+    _refused(session, f"SELECT MEDIAN(v) AS m, COUNT(*) AS n FROM t {clause}", named)
+
+
+def test_negative_control_a_quantile_beside_other_aggregates_is_answered(session: dpsql.Session) -> None:
+    rows = [tuple(r.values()) for r in session.query("SELECT MEDIAN(v) AS m, COUNT(*) AS n FROM t WHERE h > 0",
+                                                     epsilon=1.0, delta=1e-6).table.to_pylist()]
+    assert rows[0][1] == _duck("SELECT COUNT(*) FROM t WHERE h > 0")[0][0] == 32

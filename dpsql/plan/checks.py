@@ -345,7 +345,7 @@ def check_expression_functions(node: exp.Expression, sql: str, where: str, *, wi
                 continue
             if isinstance(sub, SUPPORTED_AGGS) or isinstance(sub, exp.Anonymous):  # another: named by the analysis
                 # rendered once, for its position and its spelling (each rendering copies the call's tree)
-                rendered = None if is_big(sub) else sub.sql(dialect=DIALECT)
+                rendered = None if is_big(sub) else sub.sql(dialect=DIALECT, unsupported_level=ErrorLevel.IGNORE)
                 name = (written_name(sub, sql, rendered=rendered)
                         or (str(sub.this) if isinstance(sub, exp.Anonymous) else sub.sql_name())).upper()
                 args = [a for c in sub.iter_expressions() if not isinstance(c, exp.Star)
@@ -363,7 +363,7 @@ def check_expression_functions(node: exp.Expression, sql: str, where: str, *, wi
                     msg = f"function {func_name(sub)}() is missing its argument(s); see docs/expressions.md for its signature"
             if msg is not None or rand:
                 # the node's rendering, position and spelling, once for the message and its fragment
-                rendered = None if is_big(sub) else sub.sql(dialect=DIALECT)
+                rendered = None if is_big(sub) else sub.sql(dialect=DIALECT, unsupported_level=ErrorLevel.IGNORE)
                 at = position(sub, sql, rendered)
                 written = written_name(sub, sql, at=at, rendered=rendered)
                 if rand:
