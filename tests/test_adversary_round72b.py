@@ -21,7 +21,8 @@ test says what was wrong and what is right now.
   not supported for non-window functions." on stderr, where one query refuses it: the parts of such a request are now
   written strictly, as one query is. Refusing ``FOR UPDATE`` (on one query, a subquery, a join) printed sqlglot's
   "Locking reads using 'FOR UPDATE/SHARE' are not supported" on stderr (the message's quote of the query was rendered
-  leniently), as did naming an output or a key of one (``SUM(v IGNORE NULLS)`` on one query): now without a
+  leniently), as did naming an output or a key of one (``SUM(v IGNORE NULLS)`` on one query), or a refused
+  ``to_char(v, '9')`` ("Argument 'format' is not supported ..."), each on the CLI's stderr above its error: now without a
   warning. With ROLLUP, ``TABLESAMPLE BERNOULLI (20)`` is refused as sampling, as on one query.
 
 * Over a join each aggregate call was known by its SQL in lower case, string literals too: in ``SELECT p.rg,
@@ -166,7 +167,8 @@ def test_negative_control_the_same_paths_without_the_clauses(session: dpsql.Sess
 
 @pytest.mark.parametrize("sql", [f"{_ONE} FOR UPDATE", "SELECT k, COUNT(*) AS n FROM (SELECT * FROM t FOR UPDATE) GROUP BY k",
                                  f"{_JOIN} FOR UPDATE", "SELECT k, SUM(v IGNORE NULLS) AS m FROM t GROUP BY ROLLUP (k)",
-                                 "SELECT SUM(v IGNORE NULLS) FROM t", f"{_ONE} HAVING SUM(v IGNORE NULLS) > 1"])
+                                 "SELECT SUM(v IGNORE NULLS) FROM t", f"{_ONE} HAVING SUM(v IGNORE NULLS) > 1",
+                                 "SELECT k, COUNT(*) AS n FROM t WHERE to_char(v, '9') = '1' GROUP BY k"])
 def test_a_refusal_prints_no_sqlglot_warning(session: dpsql.Session, sql: str, caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.DEBUG, logger="sqlglot"):
         with pytest.raises(UnsupportedQueryError):
