@@ -461,6 +461,9 @@ class _JoinBuilder:
         if kind in ("CROSS", "NATURAL", "ASOF", "POSITIONAL", "SEMI", "ANTI", "LATERAL") or join.args.get("method"):
             self.bad(join, f"{kind or join.args.get('method')} joins are not supported; use an inner JOIN ... ON a.x = b.y")
             return []
+        if join.args.get("pivots"):  # after the ON (of the join's rows so far): read without it, the join was answered
+            self.bad(join, "PIVOT / UNPIVOT is not supported: it changes each person's contribution")
+            return []
         on = join.args.get("on")
         if join.args.get("using"):
             on = self.using_condition(join, position)

@@ -362,6 +362,8 @@ class _Merger:
     def join_form(self, j: exp.Join, label: str) -> None:
         side = (j.args.get("side") or "").upper()
         kind = (j.args.get("kind") or "").upper()
+        if j.args.get("pivots"):  # after the ON: merged without it, the view's join was read as a plain join
+            self.refuse(j, f"PIVOT / UNPIVOT in {label} is not supported: it changes each person's contribution", _FLAT)
         if side or j.args.get("using") or j.args.get("method") or kind not in ("", "INNER", "CROSS"):
             what = "JOIN ... USING" if j.args.get("using") else f"{side or kind or j.args.get('method')} JOIN"
             self.refuse(j, f"{what} with {label} is not supported: only inner JOIN ... ON is merged (the view's "
