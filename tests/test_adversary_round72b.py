@@ -35,6 +35,10 @@ test says what was wrong and what is right now.
   join, not on a table) was dropped: the join was answered as if it had none (also in a view, and over a public
   lookup table). Now refused for free, as a PIVOT on a table is.
 
+* Messages: a window function the released rows do not answer, ``string_agg(k, ',') OVER ()``, was named
+  GROUP_CONCAT and quoted as ``LISTAGG(...)``; now as written. A QUALIFY whose window was refused (EXCLUDE in its
+  frame) was also told it "has none".
+
 What held (zero noise, each against DuckDB's answer to the same SQL): sqlglot's DuckDB round trip of ~400 single
 queries (functions, casts, literals and escapes, intervals, LIKE / SIMILAR / GLOB forms, lambdas, struct and list
 literals, windows and frames, FILTER, WITHIN GROUP, ORDER BY inside aggregates, COLLATE, TRY_CAST, samples, joins of
@@ -230,3 +234,26 @@ def test_a_pivot_after_a_joins_on_was_dropped_now_refused(session: dpsql.Session
 
 def test_negative_control_the_join_without_the_pivot_is_answered(session: dpsql.Session) -> None:
     assert _rows(session, _JOIN) == _duck(_JOIN) == [("a", 14), ("b", 13), ("c", 13)]
+
+
+@pytest.mark.parametrize(("window", "named"), [("string_agg(k, ',') OVER ()", "window function STRING_AGG"),
+                                               ("listagg(k, ',') OVER ()", "window function LISTAGG")])
+def test_a_refused_window_function_is_named_as_written(session: dpsql.Session, window: str, named: str) -> None:
+    # it was named GROUP_CONCAT (sqlglot's class) and quoted as LISTAGG (its DuckDB rendering), neither as written
+    with pytest.raises(UnsupportedQueryError, match=named) as e:
+        session.query(f"SELECT k, COUNT(*) AS n, {window} AS a FROM t GROUP BY k", epsilon=1.0, delta=1e-6)
+    assert "GROUP_CONCAT" not in str(e.value) and window.split("(")[0] + "(k, ',')" in str(e.value)
+
+
+def test_a_refused_window_in_qualify_is_the_one_problem(session: dpsql.Session) -> None:
+    # the QUALIFY's window (EXCLUDE in its frame) was refused, and "QUALIFY filters on window functions, and the
+    # query has none" was said beside it
+    with pytest.raises(UnsupportedQueryError, match="EXCLUDE in a window frame") as e:
+        session.query(f"{_ONE} QUALIFY sum(COUNT(*)) OVER (ORDER BY k ROWS BETWEEN 1 PRECEDING AND CURRENT ROW "
+                      "EXCLUDE CURRENT ROW) > 0", epsilon=1.0, delta=1e-6)
+    assert "has none" not in str(e.value)
+
+
+def test_negative_control_qualify_without_a_window_is_told_so(session: dpsql.Session) -> None:
+    with pytest.raises(UnsupportedQueryError, match="the query has none"):
+        session.query(f"{_ONE} QUALIFY n > 1", epsilon=1.0, delta=1e-6)

@@ -315,11 +315,13 @@ def check_expression_functions(node: exp.Expression, sql: str, where: str, *, wi
             continue
         if isinstance(sub, exp.Window) and windows:
             if post and where != "HAVING":
-                msg = windows_mod.problem(sub)
+                f = windows_mod.function(sub)
+                spelled = written_name(f, sql) if isinstance(f, exp.Func) else ""  # string_agg, not GROUP_CONCAT
+                msg = windows_mod.problem(sub, spelled)
                 if msg is None:
                     stack.extend((c, where, post) for c in reversed(windows_mod.inputs(sub)))
                 else:
-                    out.append(violation(sub, sql, f"{where}: {msg}"))
+                    out.append(violation(sub, sql, f"{where}: {msg}", written=spelled or None))
             elif where == "HAVING":
                 out.append(violation(sub, sql, "window functions are not allowed in HAVING (SQL evaluates windows after "
                                                "HAVING); filter on a window with QUALIFY"))
