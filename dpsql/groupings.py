@@ -532,8 +532,8 @@ def _parents(n: exp.Expression) -> list[exp.Expression]:
 
 
 def _inside(n: exp.Expression) -> bool:
-    """``n`` is (inside) GROUPING() or an aggregate's argument: a grouping column there is no output of it."""
-    return any(isinstance(p, (*_FUNCS, exp.AggFunc)) for p in [n, *_parents(n)])
+    """``n`` is (inside) GROUPING() or an aggregate's argument or FILTER: a grouping column there is no output of it."""
+    return any(isinstance(p, (*_FUNCS, exp.AggFunc, exp.Filter)) for p in [n, *_parents(n)])
 
 
 def _grouping_bits(node: exp.Expression, keys: set[str], single: bool | frozenset[str]) -> exp.Expression:

@@ -38,6 +38,8 @@ test says what was wrong and what is right now.
 * Messages: a window function the released rows do not answer, ``string_agg(k, ',') OVER ()``, was named
   GROUP_CONCAT and quoted as ``LISTAGG(...)``; now as written. A QUALIFY whose window was refused (EXCLUDE in its
   frame) was also told it "has none".
+* ``COUNT(*) FILTER (WHERE k = 'a')`` with ``ROLLUP (k)`` was refused as a grouping column "inside an expression"
+  (the FILTER reads each row, as the aggregate's argument does): now answered, as DuckDB answers it.
 
 What held (zero noise, each against DuckDB's answer to the same SQL): sqlglot's DuckDB round trip of ~400 single
 queries (functions, casts, literals and escapes, intervals, LIKE / SIMILAR / GLOB forms, lambdas, struct and list
@@ -257,3 +259,14 @@ def test_a_refused_window_in_qualify_is_the_one_problem(session: dpsql.Session) 
 def test_negative_control_qualify_without_a_window_is_told_so(session: dpsql.Session) -> None:
     with pytest.raises(UnsupportedQueryError, match="the query has none"):
         session.query(f"{_ONE} QUALIFY n > 1", epsilon=1.0, delta=1e-6)
+
+
+def test_a_grouping_column_in_an_aggregates_filter_is_answered_with_rollup(session: dpsql.Session) -> None:
+    # COUNT(*) FILTER (WHERE k = 'a') with ROLLUP (k) was refused as "uses a grouping column inside an expression":
+    # the FILTER reads each row, as the aggregate's argument does (answered in the grand total too)
+    sql = "SELECT k, COUNT(*) FILTER (WHERE k = 'a') AS lo, COUNT(*) FILTER (WHERE k = 'A') AS up FROM t GROUP BY ROLLUP (k)"
+    assert _rows(session, sql) == _duck(sql) == [("a", 14, 0), ("b", 0, 0), ("c", 0, 0), (None, 14, 0)]
+
+
+def test_negative_control_a_grouping_column_outside_an_aggregate_is_refused(session: dpsql.Session) -> None:
+    _refused(session, "SELECT k, COUNT(*) + length(k) AS x FROM t GROUP BY ROLLUP (k)", "grouping column inside an expression")
