@@ -47,7 +47,7 @@ from fractions import Fraction
 from typing import Any
 
 import pyarrow as pa
-from sqlglot import exp
+from sqlglot import ErrorLevel, exp
 
 import dpsql.engine as backends
 from dpsql import postprocess
@@ -55,7 +55,7 @@ from dpsql.budget import Budget, check_delta, check_epsilon, exact, float_at_lea
 from dpsql.charge import charged, keeps_answer, record_release, reserve
 from dpsql.errors import ConfigError, QueryError, UnsupportedQueryError
 from dpsql.options import check_options, routing_shares, warn_if_large
-from dpsql.plan.checks import ROW_COUNT_MAX, is_aggregate, output_name
+from dpsql.plan.checks import ROW_COUNT_MAX, foreign_clauses, is_aggregate, output_name
 from dpsql.plan.parse import (
     DIALECT,
     bracket_identifiers,
@@ -66,6 +66,7 @@ from dpsql.plan.parse import (
 )
 from dpsql.plan.quantiles import QUANTILE_AGGS
 from dpsql.release import Plan, Release
+from dpsql.rewrite.render import render
 
 #: the accuracy note of an output column whose accuracy differs between the queries of a request (the command line
 #: names where its meta shows each query's: ``cli``)
@@ -158,7 +159,7 @@ def _norm(e: exp.Expression, single: bool | frozenset[str]) -> str:
     for i in list(e.find_all(exp.Identifier)):  # a name, quoted or not, in any case: the same column (as in DuckDB)
         i.set("this", i.name.lower())
         i.set("quoted", True)
-    return e.sql(dialect=DIALECT, normalize=True)
+    return e.sql(dialect=DIALECT, normalize=True, unsupported_level=ErrorLevel.IGNORE)  # a key to match, never run
 
 
 def split(sql: Any, catalog: Mapping[str, Any]) -> Composite | None:
@@ -215,7 +216,7 @@ def split(sql: Any, catalog: Mapping[str, Any]) -> Composite | None:
             if used:
                 b.set("with_", exp.With(expressions=[c.copy() for c in ctes.expressions if c in used] + mine,
                                         recursive=ctes.args.get("recursive") or (own is not None and own.args.get("recursive"))))
-    branches = tuple(_split_select(b, b.sql(dialect=DIALECT), catalog) or _plain(b) for b in selects)
+    branches = tuple(_split_select(b, _text(b), catalog) or _plain(b) for b in selects)
     widths = sorted({len(b.names) for b in branches})
     if len(widths) > 1:
         raise _bad(f"the SELECTs of a UNION ALL have {' and '.join(map(str, widths))} columns", "give each SELECT "
@@ -274,6 +275,8 @@ def _split_mixed(stmt: exp.Select, sql: str) -> Composite | None:
         kinds.append(found.pop())
     if len(set(kinds)) != 2:
         return None
+    # its two queries are written out: what they would lose is refused, as with several groupings
+    _refuse_dropped_clauses(stmt, "a SELECT of quantiles and other aggregates")
     order = list(dict.fromkeys(kinds))  # the kind of the first output first
     components, names = [], []
     wanted = _output_names(stmt, sql)
@@ -281,7 +284,7 @@ def _split_mixed(stmt: exp.Select, sql: str) -> Composite | None:
         part = stmt.copy()
         items = [(it, name) for it, name, k in zip(stmt.expressions, wanted, kinds, strict=True) if k == kind]
         part.set("expressions", [it.copy() for it, _ in items])
-        text = part.sql(dialect=DIALECT)
+        text = _text(part)
         try:  # the names the query gets as written here; an output named otherwise gets the whole's name as its alias
             own = _output_names(parse_statements(text)[0], text)
         except Exception:
@@ -289,7 +292,7 @@ def _split_mixed(stmt: exp.Select, sql: str) -> Composite | None:
         if own != [name for _, name in items]:
             part.set("expressions", [it.copy() if i < len(own) and own[i] == name else
                                      exp.alias_(it.unalias().copy(), name, quoted=True) for i, (it, name) in enumerate(items)])
-            text = part.sql(dialect=DIALECT)
+            text = _text(part)
         components.append(text)
     seen = {k: 0 for k in order}
     for k in kinds:
@@ -339,14 +342,43 @@ _DROPPED = {"locks": "FOR UPDATE / FOR SHARE", "into": "SELECT ... INTO", "clust
             "connect": "CONNECT BY"}
 
 
-def _refuse_dropped_clauses(stmt: exp.Expression) -> None:
-    """Refuse a clause of :data:`_DROPPED` on the statement or on any SELECT or UNION of it."""
+def _text(part: exp.Expression) -> str:
+    """The SQL of one query of the request (a grouping, a SELECT of a UNION ALL), read again as one query is: written
+    strictly, a construct DuckDB's dialect has not (``SUM(x IGNORE NULLS)``) is refused as one query refuses it, never
+    dropped from the query that is answered (nor does sqlglot print its warning about it on stderr)."""
+    return render(part)
+
+
+def _refuse_dropped_clauses(stmt: exp.Expression, where: str = "a query of several groupings or a UNION ALL") -> None:
+    """Refuse a clause of :data:`_DROPPED` on the statement or on any SELECT or UNION of it, and the clauses that the
+    parts' SQL would lose or read otherwise: another dialect's (``LIMIT 1 BY k``, ``WITH TOTALS``, ``SELECT AS
+    STRUCT``, ``ORDER BY ... WITH FILL``, a table hint), ``FETCH FIRST n PERCENT ROWS ONLY`` and ``... WITH TIES``
+    (written out as ``LIMIT n``) in a parenthesised SELECT of a UNION ALL, ``GROUP BY DISTINCT`` (which drops
+    repeated groupings)."""
     for node in [stmt, *stmt.find_all(exp.Select, exp.Union)]:
         key = next((k for k in _DROPPED if node.args.get(k)), None)
         if key is not None:
-            raise _bad(f"{_DROPPED[key]} is not supported in a query of several groupings or a UNION ALL (nor in one "
-                       "query)", "drop it (ORDER BY sorts the released rows)" if key in ("cluster", "distribute", "sort")
+            raise _bad(f"{_DROPPED[key]} is not supported in {where} (nor in one query)",
+                       "drop it (ORDER BY sorts the released rows)" if key in ("cluster", "distribute", "sort")
                        else "drop it")
+    for what, _ in foreign_clauses(stmt):
+        raise _bad(f"{what} is not supported in {where} (nor in one query)", "drop it")
+    for node in stmt.find_all(exp.Limit, exp.Fetch, exp.Ordered, exp.Group, exp.Table):
+        opts = node.args.get("limit_options") if isinstance(node, (exp.Limit, exp.Fetch)) else None
+        if opts is not None and (opts.args.get("percent") or opts.args.get("with_ties")):
+            raise _bad(f"LIMIT {'PERCENT' if opts.args.get('percent') else 'WITH TIES'} in {where} is not supported",
+                       "write a number of rows, e.g. LIMIT 10")
+        if isinstance(node, exp.Ordered) and node.args.get("with_fill"):
+            raise _bad("ORDER BY ... WITH FILL (rows added between the keys, ClickHouse's) is not supported",
+                       "drop WITH FILL")
+        if isinstance(node, exp.Group) and node.args.get("all") is False:
+            raise _bad("GROUP BY DISTINCT with several groupings is not supported (it drops the repeated groupings)",
+                       "name each grouping once, without DISTINCT")
+        if isinstance(node, exp.Table) and node.args.get("sample"):  # (written out, a count of rows for some methods)
+            raise _bad("TABLESAMPLE / USING SAMPLE is not supported: sampling changes each person's contribution",
+                       "drop the sample (dpsql bounds each person's rows itself)")
+        if isinstance(node, exp.Table) and node.args.get("hints"):
+            raise _bad("table hints such as WITH (NOLOCK) are not supported", "remove them (the query reads a snapshot)")
 
 
 def _branches(stmt: exp.Expression) -> list[exp.Select]:
@@ -368,7 +400,8 @@ def _branches(stmt: exp.Expression) -> list[exp.Select]:
 def _plain(stmt: exp.Select) -> Groupings:
     """A SELECT with one grouping: itself, one component."""
     n = len(stmt.expressions)
-    return Groupings(stmt.sql(dialect=DIALECT), "", (stmt.sql(dialect=DIALECT),), (None,), ((),),
+    text = _text(stmt)
+    return Groupings(text, "", (text,), (None,), ((),),
                      tuple((0, i) for i in range(n)), (), None, None)
 
 
@@ -478,7 +511,7 @@ def _split_select(stmt: exp.Select, sql: str, catalog: Mapping[str, Any]) -> Gro
         c.set("expressions", items)
         if c.args.get("having") is not None:
             c.set("having", _grouping_bits(c.args["having"], keys, single))
-        components.append(c.sql(dialect=DIALECT))
+        components.append(_text(c))
         fills.append(tuple(fill))
     released_by = [next((i for i, f in enumerate(fills) if p not in {q for q, _ in f}), None)
                    for p in range(len(outputs))]
@@ -499,8 +532,8 @@ def _parents(n: exp.Expression) -> list[exp.Expression]:
 
 
 def _inside(n: exp.Expression) -> bool:
-    """``n`` is (inside) GROUPING() or an aggregate's argument: a grouping column there is no output of it."""
-    return any(isinstance(p, (*_FUNCS, exp.AggFunc)) for p in [n, *_parents(n)])
+    """``n`` is (inside) GROUPING() or an aggregate's argument or FILTER: a grouping column there is no output of it."""
+    return any(isinstance(p, (*_FUNCS, exp.AggFunc, exp.Filter)) for p in [n, *_parents(n)])
 
 
 def _grouping_bits(node: exp.Expression, keys: set[str], single: bool | frozenset[str]) -> exp.Expression:
@@ -518,7 +551,8 @@ def _grouping_bits(node: exp.Expression, keys: set[str], single: bool | frozense
 def _output(it: exp.Expression, universe: dict[str, exp.Expression], single: bool | frozenset[str]) -> tuple[str, str | None]:
     """(output name, the grouping column it is, or None). A grouping column inside any other output is refused."""
     inner = it.this if isinstance(it, exp.Alias) else it
-    name = it.alias if isinstance(it, exp.Alias) else (inner.name if isinstance(inner, exp.Column) else inner.sql(dialect=DIALECT))
+    name = it.alias if isinstance(it, exp.Alias) else (inner.name if isinstance(inner, exp.Column) else
+                                                            inner.sql(dialect=DIALECT, unsupported_level=ErrorLevel.IGNORE))
     key = _norm(_strip(inner), single)
     if key in universe:
         return name, key

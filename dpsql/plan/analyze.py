@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from sqlglot import exp
+from sqlglot import ErrorLevel, exp
 
 from dpsql.catalog import OrderedDomain, TableSpec, reference_problems, unit_paths
 from dpsql.errors import PolicyError, QueryError, UnsupportedQueryError, Violation
@@ -197,7 +197,7 @@ def _norm(node: exp.Expression) -> str:
     for f in n.find_all(exp.Anonymous):
         if isinstance(f.this, str):
             f.set("this", f.this.lower())
-    return n.sql(dialect=DIALECT, normalize=True)
+    return n.sql(dialect=DIALECT, normalize=True, unsupported_level=ErrorLevel.IGNORE)  # a key to match, never run
 
 
 def lower_columns(node: exp.Expression) -> None:
@@ -1310,8 +1310,8 @@ class _Builder:
             self.violations.extend(check_expression_functions(qv, self.sql, "QUALIFY", windows=True))
             self.check_columns(qv, "QUALIFY", allow_aliases=True)
             qualify = self.to_post(qv, "QUALIFY", alias_map=alias_map)  # a column wins over an alias (DuckDB)
-            if not any(isinstance(n, exp.Window) for n in qualify.walk()) and not any(
-                    isinstance(n, exp.Window) for o in outputs for n in o.expr.walk()):
+            if not any(isinstance(n, exp.Window) for n in (*qualify.walk(), *qv.walk())) and not any(
+                    isinstance(n, exp.Window) for o in outputs for n in o.expr.walk()):  # (qv's: one refused there)
                 self.violations.append(violation(stmt.args["qualify"], self.sql, "QUALIFY filters on window functions, "
                                                  "and the query has none; filter the released rows with HAVING",
                                                  offset=keyword_offset(self.sql, {"QUALIFY"})))

@@ -11,7 +11,7 @@ on private rows (WHERE, GROUP BY keys) are further typed by ``dpsql.plan.typer``
 
 from __future__ import annotations
 
-from sqlglot import exp
+from sqlglot import ErrorLevel, exp
 
 from dpsql.errors import Violation
 from dpsql.plan import windows as windows_mod
@@ -100,7 +100,7 @@ def never_null_literal(e: exp.Expression) -> bool:
 #: clauses evaluated by dpsql over released values only (post-processing)
 POST_CLAUSES = ("SELECT", "HAVING", "ORDER BY", "QUALIFY")
 
-__all__ = ["ANON_AGGS", "LIMIT_ZERO", "OFFSET_SCALAR", "POST_CLAUSES", "SUPPORTED_AGGS", "check_expression_functions", "check_statement_shape", "distinct_operand",
+__all__ = ["ANON_AGGS", "LIMIT_ZERO", "OFFSET_SCALAR", "POST_CLAUSES", "SUPPORTED_AGGS", "check_expression_functions", "check_statement_shape", "foreign_clauses", "distinct_operand",
            "func_name",
            "is_aggregate", "never_null_literal", "violation", "written_name"]
 
@@ -139,8 +139,8 @@ def violation(
     if shown is not node:
         node, at, rendered, written = shown, None, None, None
     big = is_big(node)
-    if rendered is None and not big:
-        rendered = node.sql(dialect=DIALECT)
+    if rendered is None and not big:  # (a fragment: a construct DuckDB's dialect lacks is refused, not warned of)
+        rendered = node.sql(dialect=DIALECT, unsupported_level=ErrorLevel.IGNORE)
     if offset is not None:
         line, col = line_col(sql, offset)
     else:
@@ -189,7 +189,7 @@ def output_name(it: exp.Expression, sql: str, used: set[str], suffix: dict[str, 
     elif isinstance(inner, exp.Column):
         name = inner.name
     else:
-        name = inner.sql(dialect=DIALECT)
+        name = inner.sql(dialect=DIALECT, unsupported_level=ErrorLevel.IGNORE)  # (refused when rendered to run)
         written = written_name(inner, sql, rendered=name)
         if written and written.lower() != name.split("(", 1)[0].lower():
             name = written + name[len(name.split("(", 1)[0]):]
@@ -219,7 +219,7 @@ def written_name(
     rest = line_text(sql, line)[col - 1:]
     name = rest.split("(", 1)[0].strip()
     if rendered is None:
-        rendered = node.sql(dialect=DIALECT)
+        rendered = node.sql(dialect=DIALECT, unsupported_level=ErrorLevel.IGNORE)
     rendered = rendered.split("(", 1)[0]
     # a call rendered as another form (date_add(d, 3) is d + INTERVAL 3 DAY) is quoted as rendered, not spliced
     if "(" in rest and name and name.replace("_", "").isalnum() and name != rendered and rendered.replace("_", "").isalnum():
@@ -315,11 +315,13 @@ def check_expression_functions(node: exp.Expression, sql: str, where: str, *, wi
             continue
         if isinstance(sub, exp.Window) and windows:
             if post and where != "HAVING":
-                msg = windows_mod.problem(sub)
+                f = windows_mod.function(sub)
+                spelled = written_name(f, sql) if isinstance(f, exp.Func) else ""  # string_agg, not GROUP_CONCAT
+                msg = windows_mod.problem(sub, spelled)
                 if msg is None:
                     stack.extend((c, where, post) for c in reversed(windows_mod.inputs(sub)))
                 else:
-                    out.append(violation(sub, sql, f"{where}: {msg}"))
+                    out.append(violation(sub, sql, f"{where}: {msg}", written=spelled or None))
             elif where == "HAVING":
                 out.append(violation(sub, sql, "window functions are not allowed in HAVING (SQL evaluates windows after "
                                                "HAVING); filter on a window with QUALIFY"))
@@ -345,7 +347,7 @@ def check_expression_functions(node: exp.Expression, sql: str, where: str, *, wi
                 continue
             if isinstance(sub, SUPPORTED_AGGS) or isinstance(sub, exp.Anonymous):  # another: named by the analysis
                 # rendered once, for its position and its spelling (each rendering copies the call's tree)
-                rendered = None if is_big(sub) else sub.sql(dialect=DIALECT)
+                rendered = None if is_big(sub) else sub.sql(dialect=DIALECT, unsupported_level=ErrorLevel.IGNORE)
                 name = (written_name(sub, sql, rendered=rendered)
                         or (str(sub.this) if isinstance(sub, exp.Anonymous) else sub.sql_name())).upper()
                 args = [a for c in sub.iter_expressions() if not isinstance(c, exp.Star)
@@ -363,7 +365,7 @@ def check_expression_functions(node: exp.Expression, sql: str, where: str, *, wi
                     msg = f"function {func_name(sub)}() is missing its argument(s); see docs/expressions.md for its signature"
             if msg is not None or rand:
                 # the node's rendering, position and spelling, once for the message and its fragment
-                rendered = None if is_big(sub) else sub.sql(dialect=DIALECT)
+                rendered = None if is_big(sub) else sub.sql(dialect=DIALECT, unsupported_level=ErrorLevel.IGNORE)
                 at = position(sub, sql, rendered)
                 written = written_name(sub, sql, at=at, rendered=rendered)
                 if rand:
@@ -405,6 +407,21 @@ _CLAUSE_WORDS = {
     "distribute": {"DISTRIBUTE"},
     "sort": {"SORT"},
 }
+
+
+def foreign_clauses(stmt: exp.Expression) -> list[tuple[str, exp.Expression]]:
+    """The clauses of other dialects in ``stmt`` (each SELECT of it) that sqlglot reads but DuckDB's dialect has not, with
+    the node holding each: read without them, the query would be answered as another (``LIMIT 1 BY k`` as ``LIMIT 1``,
+    ``GROUP BY k WITH TOTALS`` without its totals row, ``SELECT AS STRUCT`` as a plain SELECT)."""
+    out: list[tuple[str, exp.Expression]] = []
+    for node in stmt.walk():
+        if isinstance(node, exp.Select) and node.args.get("kind"):
+            out.append((f"SELECT AS {str(node.args['kind']).upper()} (one value per row, BigQuery's)", node))
+        elif isinstance(node, exp.Group) and node.args.get("totals"):
+            out.append(("GROUP BY ... WITH TOTALS (a totals row, ClickHouse's)", node))
+        elif isinstance(node, exp.Limit) and node.args.get("expressions"):
+            out.append(("LIMIT n BY ... (the first rows of each group, ClickHouse's)", node))
+    return out
 
 
 def check_statement_shape(stmt: exp.Expression, sql: str, *, start: int = 0, windows: bool = False) -> list[Violation]:
@@ -454,6 +471,8 @@ def check_statement_shape(stmt: exp.Expression, sql: str, *, start: int = 0, win
             what = ("SELECT DISTINCT with an aggregate or GROUP BY is not supported; drop DISTINCT (the rows of a GROUP "
                     "BY are distinct keys already; SELECT DISTINCT k without an aggregate lists the keys)")
         v.append(violation(stmt, sql, what, offset=_after_select_keyword(sql, start)))
+    for what, node in foreign_clauses(stmt):
+        v.append(violation(node, sql, f"{what} is not supported", offset=start if node is stmt else None))
     for key in ("joins", "laterals", "windows", "qualify", "into", "locks", "sample", "pivots", "connect", "prewhere",
                 "cluster", "distribute", "sort"):
         val = stmt.args.get(key)

@@ -53,7 +53,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from sqlglot import exp
+from sqlglot import ErrorLevel, exp
 
 from dpsql.catalog import TableSpec
 from dpsql.plan import ir
@@ -468,11 +468,26 @@ def _derived(g: exp.Expression, name: str, tables: Mapping[str, TableSpec],
                       written=flat_g)
 
 
+def call_key(node: exp.Expression) -> str:
+    """The key an aggregate call of a join query is known by (each call once; HAVING, ORDER BY and QUALIFY name the
+    SELECT list's): its SQL with names in lower case (``SUM(O.V)`` and ``sum(o.v)`` are one call, as in DuckDB), string
+    literals as written (``o.k = 'A'`` and ``o.k = 'a'`` are two: the whole text in lower case made them one, and the
+    second call was answered with the first's value)."""
+    n = node.copy()
+    for ident in n.find_all(exp.Identifier):
+        ident.set("this", ident.name.lower())
+        ident.set("quoted", True)
+    for f in n.find_all(exp.Anonymous):
+        if isinstance(f.this, str):
+            f.set("this", f.this.lower())
+    return n.sql(dialect="duckdb", unsupported_level=ErrorLevel.IGNORE)
+
+
 def key_outputs(node: exp.Expression, keys: list[ir.JoinKey], flatten: Callable[[exp.Expression], exp.Expression],
                 aggregates: Mapping[str, exp.Expression] | None = None,
                 probe: Callable[[exp.Expression], exp.Expression] | None = None) -> exp.Expression:
     """A SELECT item over internal names: aggregates -> their released values (``aggregates``: by the
-    call's lower-case SQL, e.g. ``__a1``, or AVG's quotient of two; default ``__a0``), key expressions
+    call's :func:`call_key`, e.g. ``__a1``, or AVG's quotient of two; default ``__a0``), key expressions
     -> ``__k<i>`` (a ``derived`` key: any expression without aggregates that is written as the key is,
     over the same columns; ``probe`` flattens it without reporting, default ``flatten``). The caller makes sure
     every aggregate call is in ``aggregates``."""
@@ -494,7 +509,7 @@ def key_outputs(node: exp.Expression, keys: list[ir.JoinKey], flatten: Callable[
         if isinstance(x, exp.AggFunc):
             if aggregates is None:
                 return exp.column("__a0")
-            return aggregates[x.sql(dialect="duckdb").lower()].copy()
+            return aggregates[call_key(x)].copy()
         if (hit := matched(x)) is not None:
             return exp.column(hit)
         if isinstance(x, (exp.Column, exp.Year, exp.Extract, exp.Anonymous)):

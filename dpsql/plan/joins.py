@@ -461,6 +461,9 @@ class _JoinBuilder:
         if kind in ("CROSS", "NATURAL", "ASOF", "POSITIONAL", "SEMI", "ANTI", "LATERAL") or join.args.get("method"):
             self.bad(join, f"{kind or join.args.get('method')} joins are not supported; use an inner JOIN ... ON a.x = b.y")
             return []
+        if join.args.get("pivots"):  # after the ON (of the join's rows so far): read without it, the join was answered
+            self.bad(join, "PIVOT / UNPIVOT is not supported: it changes each person's contribution")
+            return []
         on = join.args.get("on")
         if join.args.get("using"):
             on = self.using_condition(join, position)
@@ -828,7 +831,7 @@ class _JoinBuilder:
             where_flat = exp.and_(*(flat_part for _, flat_part in flats), copy=False)
         if stmt.args.get("having") is not None:  # over released values: the allow-list of post-processing
             self.vs.extend(check_expression_functions(stmt.args["having"].this, sql, "HAVING", windows=True))
-        from dpsql.plan.join_groups import group_keys, key_outputs
+        from dpsql.plan.join_groups import call_key, group_keys, key_outputs
 
         pv: list[Violation] = []
         self.keys = group_keys(stmt, [(i.alias, i.table) for i in self.inputs], self.resolve, self.bad,
@@ -878,7 +881,7 @@ class _JoinBuilder:
         seen: set[str] = set()
         index: dict[tuple[object, ...], int] = {}  #: a base's (kind, value, bounds) -> its place in ``bases``
         for node in agg_nodes:
-            key = node.sql(dialect="duckdb").lower()
+            key = call_key(node)
             found = None if key in seen else self.base_aggregates(node)  # a repeated call: answered (or refused) once
             seen.add(key)
             if found is None:
@@ -955,7 +958,7 @@ class _JoinBuilder:
             for a in node.find_all(exp.AggFunc):
                 if isinstance(a.parent, exp.Window) and a.arg_key == "this":
                     continue  # a window's function (RANK(), SUM(...) OVER): over the released rows
-                if a.sql(dialect="duckdb").lower() not in swap:
+                if call_key(a) not in swap:
                     self.bad(a, f"{clause} {quoted(a)}: over joins an aggregate is released only when the "
                                 f"SELECT list asks for it (hint: select it too, or name an output's alias in {clause})")
         _raise(self.vs)

@@ -9,7 +9,7 @@ import re
 from functools import lru_cache
 
 import sqlglot
-from sqlglot import exp
+from sqlglot import ErrorLevel, exp
 from sqlglot.expressions import SQLGLOT_META
 from sqlglot.tokens import Token, TokenType
 
@@ -165,7 +165,7 @@ def _lead_word(node: exp.Expression, rendered: str | None = None) -> str:
         if is_big(node):
             return ""
         try:
-            rendered = node.sql(dialect=DIALECT)
+            rendered = node.sql(dialect=DIALECT, unsupported_level=ErrorLevel.IGNORE)
         except Exception:  # pragma: no cover - defensive
             return ""
     m = re.match(r"\s*([A-Za-z_][A-Za-z0-9_]*)", rendered)
@@ -270,7 +270,7 @@ def as_written(node: exp.Expression) -> exp.Expression:
 
 def quoted(node: exp.Expression) -> str:
     """``node``'s text for a message: as the query wrote it (:func:`as_written`), in DuckDB's dialect."""
-    return as_written(node).sql(dialect=DIALECT)
+    return as_written(node).sql(dialect=DIALECT, unsupported_level=ErrorLevel.IGNORE)
 
 
 def position(node: exp.Expression, sql: str, rendered: str | None = None) -> tuple[int, int]:
@@ -290,7 +290,7 @@ def position(node: exp.Expression, sql: str, rendered: str | None = None) -> tup
     if best is None:
         if is_big(node):
             return 0, 0
-        frag = rendered if rendered is not None else node.sql(dialect=DIALECT)
+        frag = rendered if rendered is not None else node.sql(dialect=DIALECT, unsupported_level=ErrorLevel.IGNORE)
         idx = sql.lower().find(frag.lower()) if frag else -1
         if idx < 0:
             head = frag.split("(")[0].strip()

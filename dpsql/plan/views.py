@@ -172,10 +172,11 @@ class _Merger:
             ("into", "SELECT ... INTO", "drop INTO"),
             ("locks", "FOR UPDATE / FOR SHARE", "drop the locking clause"),
             ("prewhere", "PREWHERE", "write the condition in WHERE"),
-            # (Spark's partitioning clauses: refused in the outer query and in a UNION ALL's parts, ``checks``)
+            # DuckDB's dialect has none of these: merged, they were dropped without a word (refused in the outer query)
             ("cluster", "CLUSTER BY", "drop it (ORDER BY in the outer query sorts the released rows)"),
             ("distribute", "DISTRIBUTE BY", "drop it (ORDER BY in the outer query sorts the released rows)"),
             ("sort", "SORT BY", "drop it (ORDER BY in the outer query sorts the released rows)"),
+            ("kind", "SELECT AS STRUCT / AS VALUE", "drop AS STRUCT / AS VALUE (select the columns)"),
         ]
         unit = self.groups_by_unit(body)
         if unit is not None:  # SmartNoise's and Qrlew's per-person pre-aggregation: name its flat form
@@ -361,6 +362,8 @@ class _Merger:
     def join_form(self, j: exp.Join, label: str) -> None:
         side = (j.args.get("side") or "").upper()
         kind = (j.args.get("kind") or "").upper()
+        if j.args.get("pivots"):  # after the ON: merged without it, the view's join was read as a plain join
+            self.refuse(j, f"PIVOT / UNPIVOT in {label} is not supported: it changes each person's contribution", _FLAT)
         if side or j.args.get("using") or j.args.get("method") or kind not in ("", "INNER", "CROSS"):
             what = "JOIN ... USING" if j.args.get("using") else f"{side or kind or j.args.get('method')} JOIN"
             self.refuse(j, f"{what} with {label} is not supported: only inner JOIN ... ON is merged (the view's "

@@ -68,13 +68,14 @@ def _count_literal(e: exp.Expression | None, least: int) -> bool:
     return isinstance(e, exp.Literal) and not e.is_string and str(e.this).isdigit() and least <= int(e.this) < 2**63
 
 
-def problem(w: exp.Window) -> str | None:
-    """Why ``w`` is not answered over the released rows (None: it is), with the fix."""
+def problem(w: exp.Window, written: str = "") -> str | None:
+    """Why ``w`` is not answered over the released rows (None: it is), with the fix. ``written``: the name of its
+    function as the query spells it, when sqlglot's differs (``string_agg``, read as GROUP_CONCAT)."""
     f = function(w)
     name = FUNCTIONS.get(type(f.this if isinstance(f, exp.Filter) else f))
     if name is None:
-        called = (str(f.this) if isinstance(f, exp.Anonymous) else f.sql_name() if isinstance(f, exp.Func)
-                  else type(f).__name__).upper()
+        called = (written or (str(f.this) if isinstance(f, exp.Anonymous) else f.sql_name() if isinstance(f, exp.Func)
+                              else type(f).__name__)).upper()
         return (f"window function {called} is not supported over the released rows; the window functions answered are "
                 f"{ALLOWED}")
     if w.args.get("alias") is not None:
