@@ -17,8 +17,9 @@ its upper bound and over public lookups. Each test says what was wrong and what 
   [2019-12-01, 2020-01-01 00:00:00.000001) in one-day bins) has no bin for it on the one table: 31 days there, 32
   over a grouped join. Now a grouped join's days end with the grid's last bin too.
 * A CSV source that cannot be opened (a symbolic link to no file) said "is valid Parquet" in its hint; now "CSV".
-* Left as a strict xfail: a link named .parquet to a /proc file (0 bytes by its metadata, content when read) is
-  refused as an empty file still being written (exit 66: retry), though a retry finds it alike.
+* A link named .parquet to a /proc file (0 bytes by its metadata, content when read) was refused as an empty file
+  still being written (exit 66: retry), though a retry finds it alike. A file of the kernel's pseudo file systems
+  (proc, sysfs, ...) is now no file being written: refused as no Parquet file (exit 2).
 
 What held (zero noise, checked against the same queries on one table and DuckDB's plain SQL): the days of a range's
 half-open grid agree on one table, a grouped join and a lookup join for date and string bounds, bins instead of
@@ -267,10 +268,9 @@ def test_a_csv_source_that_cannot_be_opened_is_hinted_as_csv(tmp_path: Path) -> 
 
 # -- 5. a pseudo-file reported as 0 bytes --------------------------------------------------------------------------
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs Linux's /proc")
-@pytest.mark.xfail(strict=True, reason="a /proc file has st_size 0 but content: registration calls it an empty file "
-                   "still being written (InputUnavailableError, exit 66: retry), though a retry finds it alike")
 def test_a_link_to_a_proc_file_named_parquet_is_no_file_being_written(tmp_path: Path) -> None:
-    """Right: refused as no Parquet file (a ConfigError, exit 2), not as an input not written yet."""
+    """Was: an InputUnavailableError (exit 66: retry). Right: refused as no Parquet file (a ConfigError, exit 2), not
+    as an input not written yet."""
     os.symlink("/proc/self/status", tmp_path / "y.parquet")
     s = dpsql.Session(budget=dpsql.Budget(1.0, 1e-6))
     try:

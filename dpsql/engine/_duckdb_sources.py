@@ -857,7 +857,33 @@ def _zero_bytes(path: str, *, read_empty: bool = False) -> bool:
         # ``2> data/x.csv``, which made it): no job is writing it, and a retry would make it again (refused as any other
         # empty source, exit 2)
         return False
-    return stat.S_ISREG(st.st_mode) and (st.st_size == 0 or read_empty)
+    return stat.S_ISREG(st.st_mode) and (st.st_size == 0 or read_empty) and pseudo_file_system(st) is None
+
+
+#: file systems whose regular files are made by the kernel as they are read: their size says 0 whatever they hold
+_PSEUDO_FILE_SYSTEMS = frozenset({"proc", "sysfs", "debugfs", "tracefs", "securityfs", "configfs", "cgroup", "cgroup2",
+                                  "pstore", "bpf", "efivarfs", "fusectl", "binfmt_misc", "devpts", "mqueue"})
+
+
+def pseudo_file_system(st: Any) -> str | None:
+    """The type of the kernel's pseudo file system (``proc``, ``sysfs``, ...) a file of ``st`` is on, else None: such a
+    file reports 0 bytes and holds text when read, so 0 bytes there says nothing of a job still writing it (a retry
+    finds it alike). From the mount table of Linux (``/proc/self/mountinfo``, the device of each mount); None where
+    there is none to read."""
+    import os
+
+    dev = f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}"
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                fields = line.split()
+                if len(fields) > 2 and fields[2] == dev and " - " in line:
+                    kind = line.split(" - ", 1)[1].split()[0]
+                    if kind in _PSEUDO_FILE_SYSTEMS:
+                        return kind
+    except OSError:
+        return None
+    return None
 
 
 def own_stream(st: Any) -> str | None:
