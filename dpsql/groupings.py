@@ -697,24 +697,28 @@ def _of_query(x: ConfigError, g: Composite, i: int, n: int, sql: str, e: float, 
 
 def _checked(session: Any, g: Composite, routes: list[Any], salted: bool) -> list[Any]:
     """``Session._bind_check`` of each query (under a stand-in salt, or a fresh secret salt when ``salted``)."""
-    out, n = [], len(routes)
+    out, n, empty = [], len(routes), list[UnsupportedQueryError | None]()
     for i, (sql, r) in enumerate(zip(g.components, routes, strict=True)):
         with _naming(g, i, n, sql):
             salt = None if r.description.reuse_of is not None else session._noise.salt()
-            out.append(session._bind_check(r, salt, alone=False) if salted else session._bind_check(r, alone=False))
-    _refuse_no_row_at_all(session, g, routes)
+            no_row: list[UnsupportedQueryError] = []  # conditions on its keys that keep none: refused only if each has none
+            out.append(session._bind_check(r, salt, alone=False, no_row=no_row) if salted
+                       else session._bind_check(r, alone=False, no_row=no_row))
+            empty.append(no_row[0] if no_row else None)
+    _refuse_no_row_at_all(session, g, routes, empty)
     return out
 
 
-def _refuse_no_row_at_all(session: Any, g: Composite, routes: list[Any]) -> None:
-    """Refuse, for free, a request each of whose queries has no row whatever the data (``postprocess.no_row_refusal``):
-    it would be charged for nothing. One such query beside others is answered (``GROUP BY ROLLUP (k) HAVING
-    GROUPING(k) = 1``: the query grouping by k has no row, the total has one)."""
+def _refuse_no_row_at_all(session: Any, g: Composite, routes: list[Any], empty: list[Any]) -> None:
+    """Refuse, for free, a request each of whose queries has no row whatever the data (``postprocess.no_row_refusal``,
+    or ``empty``: the refusal of conditions on its keys that keep none of its public keys): it would be charged for
+    nothing. One such query beside others is answered (``GROUP BY ROLLUP (k) HAVING GROUPING(k) = 1``, or ``WHERE k =
+    'zz'`` with no such declared key: the query grouping by k has no row, the total has one)."""
     first = None
-    for i, (sql, r) in enumerate(zip(g.components, routes, strict=True)):
+    for i, (sql, r, none) in enumerate(zip(g.components, routes, empty, strict=True)):
         if r.request.plan is None:
             return
-        refusal = postprocess.route_no_row_refusal(  # (a lookup join's WHERE too)
+        refusal = none or postprocess.route_no_row_refusal(  # (a lookup join's WHERE too)
             session._engine, r, backends.PublicReads(session._engine, session._catalog))
         if refusal is None:
             return

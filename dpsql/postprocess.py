@@ -318,13 +318,15 @@ def output_query(plan: ir.QueryPlan, key_types: dict[str, str], aggregate_types:
 
 def check(
     backend: _Runs, plan: ir.QueryPlan, key_types: dict[str, str], aggregate_types: dict[str, str],
-    key_domain: pa.Table | None,
+    key_domain: pa.Table | None, *, no_row: list[UnsupportedQueryError] | None = None,
 ) -> None:
     """Refuse, before the charge, post-processing that cannot be evaluated (reads no private row).
 
     ``key_types``: SQL type of each key column of the bounded relation; ``aggregate_types``: of
     each released aggregate; ``key_domain``: the released keys when they are public (declared),
-    then the post-processing is run over exactly them.
+    then the post-processing is run over exactly them. ``no_row`` (one of several groupings or a UNION ALL's
+    SELECTs): the refusal of conditions on the keys that keep none of them is put there instead of raised; the request
+    is refused only where each of its queries has no row (``dpsql.groupings``), as for ``HAVING 1 = 0``.
     """
     typed = all(k.name in key_types for k in plan.keys)
     cols: list[exp.Expression] | None = None
@@ -367,7 +369,19 @@ def check(
     elif key_domain is None:  # pragma: no cover - every mechanism gives key types or the key values
         raise AssertionError("post-processing check needs the key types or the key values")
     if key_domain is not None:
-        _check_on_keys(backend, plan, aggregate_types, key_domain)
+        try:
+            _check_on_keys(backend, plan, aggregate_types, key_domain)
+        except UnsupportedQueryError as e:
+            if no_row is None or not getattr(e, "no_key_kept", False):
+                raise
+            no_row.append(e)
+
+
+def _no_key_kept(message: str, hint: str) -> UnsupportedQueryError:
+    """The refusal of conditions on the GROUP BY keys that keep none of the public keys (no row whatever the data)."""
+    e = UnsupportedQueryError(message, hint=hint)
+    e.no_key_kept = True  # type: ignore[attr-defined]
+    return e
 
 
 def _constant_conjuncts(e: exp.Expression | None) -> list[exp.Expression]:
@@ -704,7 +718,7 @@ def _check_on_keys(backend: _Runs, plan: ir.QueryPlan, aggregate_types: dict[str
                 which = "public"  # (a grouped join's key set read from public tables' rows or a DATE range's days)
             if plan.join is not None and not qualify and any(k.domain is None and not k.listed for k in plan.keys):
                 # a grouped join's key set read from public tables' rows or a DATE range's days (every key released)
-                raise UnsupportedQueryError(
+                raise _no_key_kept(
                     f"the conditions on the GROUP BY keys (in WHERE, or in HAVING alone) exclude every public key "
                     f"({domains}), so the release would have no row whatever the data, and be charged for nothing; "
                     "nothing was charged",
@@ -713,13 +727,13 @@ def _check_on_keys(backend: _Runs, plan: ir.QueryPlan, aggregate_types: dict[str
             if qualify:
                 # (a QUALIFY whose ROW_NUMBER() orders released values: the rows it keeps are numbered whatever they hold)
                 numbers = "" if _on_keys(plan.qualify, plan, numbered=False) else " or the rows' numbers"
-                raise UnsupportedQueryError(
+                raise _no_key_kept(
                     f"the conditions on the GROUP BY keys (in WHERE, HAVING and QUALIFY, which read the keys alone{numbers}) "
                     f"keep no {which} key ({domains}), so the release would have no row whatever the data, and be charged "
                     "for nothing; nothing was charged",
                     hint="check the QUALIFY against the number of keys the other conditions keep (explain lists the "
                          "keys)")
-            raise UnsupportedQueryError(
+            raise _no_key_kept(
                 f"the conditions on the GROUP BY keys (in WHERE, or in HAVING alone) exclude every {which} key ({domains}), so the release "
                 "would have no row whatever the data, and be charged for nothing; nothing was charged",
                 hint=f"check the conditions against the {'declared domains' if which == 'declared' else which + ' keys'} "

@@ -151,9 +151,10 @@ class Session(SessionObject):
             raise ConfigError(f"epsilon={eps:g} and delta={d:g} give noise parameters that cannot be represented",
                               hint="use an epsilon between about 1e-6 and 100") from None
 
-    def _bind_check(self, r: Route, salt: str | None = SALT_PLACEHOLDER, *, alone: bool = True) -> Any:
+    def _bind_check(self, r: Route, salt: str | None = SALT_PLACEHOLDER, *, alone: bool = True, no_row: list[Any] | None = None) -> Any:
         """Type-check the bounded query and post-processing, reading no private row (a pass is remembered); return the
-        bounded query built once under ``salt`` for the check and the caller (None: built only to check, not returned)."""
+        bounded query built once under ``salt`` for the check and the caller (None: built only to check, not returned).
+        ``no_row``: one of several queries, whose refusal for having no row whatever the data is put there, not raised."""
         check_sources_unchanged(self._catalog, r.request.tables, self._engine)  # never remembered (nor the connection)
         _public_keys.check(r.request.plan, self._catalog, backends.PublicReads(self._engine, self._catalog), self._keys_ok)
         key = (r.bind_key(), self._catalog_version, os.getpid(), self._engine.ops, getattr(self._engine, "read_bound", None))  # a fork, other ops or memory limit: checked anew
@@ -164,8 +165,8 @@ class Session(SessionObject):
             key_types = backends.describe_bounded(self._engine, ast)  # every query of a batch is bound
             if r.request.plan is not None:
                 postprocess.check(self._engine, r.request.plan, key_types, r.mechanism.released_types(r.calibration),
-                                  backends.public_key_domain(r, self._engine, self._catalog))
-            backends.remember_bind_check(self._bound_ok, key)
+                                  backends.public_key_domain(r, self._engine, self._catalog), no_row=no_row)
+            backends.remember_bind_check(self._bound_ok, key) if not no_row else None  # (alone, it is refused)
         postprocess.refuse_no_row(self._engine, r, backends.PublicReads(self._engine, self._catalog)) if alone else None
         return ast
 
