@@ -619,8 +619,14 @@ class PostgresLedger(Ledger):
                                 + ", ".join(f"'{n}'" for n in _LIFTED_TIMEOUTS) + ")", [f"{ms}ms"])
                     with interruptible():  # the wait for another creator: Ctrl-C cancels it
                         cur.execute("SELECT pg_advisory_xact_lock(%s)", [_ADVISORY_KEY])
-                    cur.execute("SELECT to_regclass('ledger_meta')")
-                    exists = cur.fetchone()[0] is not None
+                    # read from pg_class under this statement's snapshot, taken after the lock was granted: to_regclass
+                    # asks the backend's catalog cache, which the wait for an advisory lock does not refresh, so a
+                    # ledger another creator committed meanwhile read as missing there, and creating it again failed
+                    # (DuplicateTable) where the ledger asked for stood
+                    cur.execute("SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON "
+                                "n.oid = c.relnamespace WHERE c.relname = 'ledger_meta' AND n.nspname = ANY "
+                                "(pg_catalog.current_schemas(true)))")
+                    exists = bool(cur.fetchone()[0])
                 if not exists:
                     c = _Con(con)
                     for stmt in _statements(schema_postgres_sql()):

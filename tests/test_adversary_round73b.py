@@ -1,0 +1,107 @@
+"""The budget ledger under real concurrency and faults: findings of one adversarial review.
+
+PostgreSQL tests start their own server (``tests/_postgres.py``, as ``tests/test_ledger_postgres.py`` does)."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from _postgres import Server
+
+import dpsql
+from dpsql.errors import ConfigError, LedgerError
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Server]:
+    from _postgres import running_server
+
+    yield from running_server()
+
+
+def _url(server: Server) -> str:
+    return server.database("r73b_" + uuid.uuid4().hex[:10])
+
+
+def _open(url: str, budget: dpsql.Budget | None = None, **kw: object) -> dpsql.ledger.Ledger:
+    from dpsql.ledger import open_ledger
+
+    return open_ledger(url, budget, **kw)  # type: ignore[arg-type]
+
+
+def _create_while_another_waits(server: Server, url: str, other_total: dpsql.Budget,
+                                total: dpsql.Budget) -> tuple[list[object], dpsql.ledger.Ledger | None]:
+    """Another creator holds the creation lock (the advisory lock ``PostgresLedger._create`` takes) and creates the
+    ledger with ``other_total`` while ``open(create=True)`` with ``total`` waits for that lock, having found no
+    ledger (on the connection it then creates with). Returns what the waiting open raised or returned."""
+    import psycopg
+
+    from dpsql.ledger._postgres import _ADVISORY_KEY, _statements, schema_postgres_sql
+
+    out: list[object] = []
+    other = psycopg.connect(url)
+    try:
+        other.execute("SELECT pg_advisory_xact_lock(%s)", [_ADVISORY_KEY])
+
+        def opener() -> None:
+            try:
+                out.append(_open(url, total, create=True))
+            except Exception as e:  # noqa: BLE001 - the test looks at it
+                out.append(e)
+
+        t = threading.Thread(target=opener)
+        t.start()
+        with psycopg.connect(server.url, autocommit=True) as watch:  # until the open waits for the lock
+            for _ in range(500):
+                if watch.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted").fetchone()[0]:
+                    break
+                time.sleep(0.01)
+        for stmt in _statements(schema_postgres_sql()):
+            other.execute(stmt)
+        other.execute("INSERT INTO ledger_meta VALUES ('created_at', '2026-01-01T00:00:00Z'), ('created_by', 'dpsql'), "
+                      "('generation', '1'), ('ledger_id', %s)", [uuid.uuid4().hex])
+        other.execute("INSERT INTO ledger_totals VALUES (1, current_timestamp, %s, %s, NULL, NULL, 'created')",
+                      [other_total.epsilon, other_total.delta])
+        other.commit()
+        t.join(30)
+    finally:
+        other.close()
+    led = next((x for x in out if not isinstance(x, BaseException)), None)
+    return out, led  # type: ignore[return-value]
+
+
+def test_postgres_open_with_create_racing_another_creator_uses_the_ledger_it_created(server: Server) -> None:
+    """Two processes start with ``create=True`` (``create_if_missing``) and the same total on a new PostgreSQL ledger:
+    the one that waited for the other's creation failed with "cannot create the ledger (DuplicateTable); no ledger was
+    created", hint "check that the user may create tables", although the ledger it asked for stood there with its total
+    (the backend's catalog cache still said there was no table: the wait for the advisory lock does not refresh it).
+    Now it finds the new ledger after the wait and uses it, as a file ledger's racing creators do."""
+    url = _url(server)
+    total = dpsql.Budget(2.0, 1e-6)
+    out, led = _create_while_another_waits(server, url, total, total)
+    assert led is not None, out
+    try:
+        assert led.total() == total
+        led.commit(led.reserve(dpsql.Budget(0.5, 0.0), mechanism="basic", query="q", tables=["t"], params={}))
+        assert led.spent() == dpsql.Budget(0.5, 0.0)
+    finally:
+        led.close()
+
+
+def test_postgres_open_with_create_racing_a_creator_of_another_total_is_told_the_recorded_total(
+        server: Server) -> None:
+    """The same race with two different totals declared: the waiting one is refused with the total the ledger records
+    (it was the DuplicateTable failure that blamed the user's rights), and nothing is charged or changed."""
+    url = _url(server)
+    out, led = _create_while_another_waits(server, url, dpsql.Budget(1.0, 0.0), dpsql.Budget(3.0, 0.0))
+    assert led is None and len(out) == 1 and isinstance(out[0], (LedgerError, ConfigError)), out
+    assert "(epsilon=1.0, delta=0.0)" in str(out[0]) and "DuplicateTable" not in str(out[0])
+    check = _open(url)
+    try:
+        assert check.total() == dpsql.Budget(1.0, 0.0) and check.history().num_rows == 0
+    finally:
+        check.close()
