@@ -488,8 +488,11 @@ class PostgresLedger(Ledger):
                 raise LedgerError(f"no budget ledger in the database {ledger.path}, and no total to create one with",
                                   hint="pass the total budget together with create=True")
             check_new_total(total)
-            ledger._create(total)
-            return ledger
+            if not ledger._create(total):
+                return ledger
+            # another process created the ledger while this one waited to: its total is compared below, as that of
+            # a ledger that was there before (a LedgerError with a Python hint said so, where a file ledger's racing
+            # creator is told the ConfigError below)
         recorded = ledger.total()
         if total is not None and total != recorded:
             raise ConfigError(
@@ -602,10 +605,10 @@ class PostgresLedger(Ledger):
                 )
             return all(present)
 
-    def _create(self, total: Budget, *, must_be_new: bool = False) -> None:
+    def _create(self, total: Budget, *, must_be_new: bool = False) -> bool:
         """Create the tables. ``must_be_new`` (``dpsql init``, :meth:`create`): an existing ledger is
-        refused, as for a file; otherwise (``open(create=True)`` racing another creator) an existing
-        ledger with the same total is used."""
+        refused, as for a file; otherwise (``open(create=True)`` racing another creator) True says that the
+        ledger existed (created meanwhile), and the caller compares its recorded total."""
         with HeldInterrupt():  # Ctrl-C: as in a ledger operation (raised where it waits, or once all is given back)
             slot, _ = self._acquire("no ledger was created", time.monotonic() + self.lock_timeout)
             con = slot.con
@@ -664,11 +667,7 @@ class PostgresLedger(Ledger):
                 hint="open the existing ledger with Ledger.open(url) (dpsql never overwrites a ledger), or choose "
                 "another database or schema",
             )
-        if exists:
-            recorded = self.total()
-            if recorded != total:
-                raise LedgerError(f"a ledger already exists in {self.path} with total {_fmt(recorded)}",
-                                  hint="open it with Ledger.open(url)")
+        return exists
 
     @contextmanager
     def _one_txn(self, *, write: bool, creating: bool = False,
