@@ -97,6 +97,27 @@ def test_postgres_open_with_create_racing_another_creator_uses_the_ledger_it_cre
         led.close()
 
 
+@pytest.mark.parametrize("isolation", ["repeatable read", "serializable"])
+def test_postgres_open_with_create_racing_another_creator_under_a_stricter_default_isolation(
+        server: Server, isolation: str) -> None:
+    """The same race in a database whose default_transaction_isolation is stricter than READ COMMITTED: the creation's
+    transaction took its snapshot before it waited for the other creator, and did not see the ledger committed
+    meanwhile."""
+    import psycopg
+
+    url = _url(server)
+    with psycopg.connect(server.url, autocommit=True) as con:
+        con.execute(f"ALTER DATABASE \"{url.rsplit('/', 1)[1]}\" SET default_transaction_isolation = '{isolation}'")
+    total = dpsql.Budget(2.0, 1e-6)
+    out, led = _create_while_another_waits(server, url, total, total)
+    assert led is not None, out
+    try:
+        led.commit(led.reserve(dpsql.Budget(0.5, 0.0), mechanism="basic", query="q", tables=["t"], params={}))
+        assert led.spent() == dpsql.Budget(0.5, 0.0) and led.total() == total
+    finally:
+        led.close()
+
+
 def test_postgres_open_with_create_racing_a_creator_of_another_total_is_told_the_recorded_total(
         server: Server) -> None:
     """The same race with two different totals declared: the waiting one failed with the DuplicateTable error that

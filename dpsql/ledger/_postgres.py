@@ -614,6 +614,10 @@ class PostgresLedger(Ledger):
             con = slot.con
             try:
                 with con.cursor() as cur:
+                    # each statement sees what was committed before it, whatever the database's default: under
+                    # REPEATABLE READ or SERIALIZABLE the snapshot of the first statement, taken before the wait for
+                    # another creator, hid the ledger that creator committed meanwhile (DuplicateTable, as above)
+                    cur.execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
                     # the wait for another creator is bounded as a charge's is (lock_timeout), and the server's
                     # time-outs are lifted for it: an advisory lock otherwise waits forever
                     ms = _pg_ms(self.lock_timeout)
