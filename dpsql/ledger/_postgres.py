@@ -488,8 +488,11 @@ class PostgresLedger(Ledger):
                 raise LedgerError(f"no budget ledger in the database {ledger.path}, and no total to create one with",
                                   hint="pass the total budget together with create=True")
             check_new_total(total)
-            ledger._create(total)
-            return ledger
+            if not ledger._create(total):
+                return ledger
+            # another process created the ledger while this one waited to: its total is compared below, as that of
+            # a ledger that was there before (a LedgerError with a Python hint said so, where a file ledger's racing
+            # creator is told the ConfigError below)
         recorded = ledger.total()
         if total is not None and total != recorded:
             raise ConfigError(
@@ -602,15 +605,19 @@ class PostgresLedger(Ledger):
                 )
             return all(present)
 
-    def _create(self, total: Budget, *, must_be_new: bool = False) -> None:
+    def _create(self, total: Budget, *, must_be_new: bool = False) -> bool:
         """Create the tables. ``must_be_new`` (``dpsql init``, :meth:`create`): an existing ledger is
-        refused, as for a file; otherwise (``open(create=True)`` racing another creator) an existing
-        ledger with the same total is used."""
+        refused, as for a file; otherwise (``open(create=True)`` racing another creator) True says that the
+        ledger existed (created meanwhile), and the caller compares its recorded total."""
         with HeldInterrupt():  # Ctrl-C: as in a ledger operation (raised where it waits, or once all is given back)
             slot, _ = self._acquire("no ledger was created", time.monotonic() + self.lock_timeout)
             con = slot.con
             try:
                 with con.cursor() as cur:
+                    # each statement sees what was committed before it, whatever the database's default: under
+                    # REPEATABLE READ or SERIALIZABLE the snapshot of the first statement, taken before the wait for
+                    # another creator, hid the ledger that creator committed meanwhile (DuplicateTable, as above)
+                    cur.execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
                     # the wait for another creator is bounded as a charge's is (lock_timeout), and the server's
                     # time-outs are lifted for it: an advisory lock otherwise waits forever
                     ms = _pg_ms(self.lock_timeout)
@@ -619,8 +626,14 @@ class PostgresLedger(Ledger):
                                 + ", ".join(f"'{n}'" for n in _LIFTED_TIMEOUTS) + ")", [f"{ms}ms"])
                     with interruptible():  # the wait for another creator: Ctrl-C cancels it
                         cur.execute("SELECT pg_advisory_xact_lock(%s)", [_ADVISORY_KEY])
-                    cur.execute("SELECT to_regclass('ledger_meta')")
-                    exists = cur.fetchone()[0] is not None
+                    # read from pg_class under this statement's snapshot, taken after the lock was granted: to_regclass
+                    # asks the backend's catalog cache, which the wait for an advisory lock does not refresh, so a
+                    # ledger another creator committed meanwhile read as missing there, and creating it again failed
+                    # (DuplicateTable) where the ledger asked for stood
+                    cur.execute("SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON "
+                                "n.oid = c.relnamespace WHERE c.relname = 'ledger_meta' AND n.nspname = ANY "
+                                "(pg_catalog.current_schemas(true)))")
+                    exists = bool(cur.fetchone()[0])
                 if not exists:
                     c = _Con(con)
                     for stmt in _statements(schema_postgres_sql()):
@@ -658,11 +671,7 @@ class PostgresLedger(Ledger):
                 hint="open the existing ledger with Ledger.open(url) (dpsql never overwrites a ledger), or choose "
                 "another database or schema",
             )
-        if exists:
-            recorded = self.total()
-            if recorded != total:
-                raise LedgerError(f"a ledger already exists in {self.path} with total {_fmt(recorded)}",
-                                  hint="open it with Ledger.open(url)")
+        return exists
 
     @contextmanager
     def _one_txn(self, *, write: bool, creating: bool = False,
