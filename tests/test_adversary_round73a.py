@@ -8,16 +8,27 @@ and what is right now.
   the route, and post-processing read the keys differently: ``age * 2000000000`` was 4000000000 over DAWA's BIGINT
   keys, and NULL (INTEGER overflow, made total) over the sparse histogram's. Now DAWA's integer keys have the column's
   type, and ``age * 2000000000`` over the declared bins is refused for free, as over a declared domain.
+* An AVG released NULL (its group's noisy count below 1) still had a per-row interval and noise std in the meta
+  (``per_row_ci95_half_width``, ``per_row_noise_std``), read from the group's noisy centred sum, which the release
+  does not otherwise show (VARIANCE, CORR and the REGR family give such a row none). Now it has none (null in the
+  meta), and the command line's summary, which printed ``noise std nan, 95% interval +/- nan (row 1; ...)`` when the
+  first row was NULL, names the first row that has an interval.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
+import math
 import warnings
+from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 import dpsql
+from dpsql import cli
 from dpsql.errors import QueryTypeError
 from dpsql.testing import use_noise, zero_noise
 
@@ -71,3 +82,52 @@ def test_keys_a_type_cannot_hold_or_that_are_no_integers_stay_as_before() -> Non
     assert r.table.column("decade").to_pylist() == [0.0, 10.0, 20.0, 30.0, 40.0]
     r = s.query("SELECT age, COUNT(*) AS n FROM t GROUP BY age", epsilon=1.0)
     assert r.table.column("age").to_pylist() == list(range(50))
+
+
+def _avg_session() -> dpsql.Session:
+    s = dpsql.Session(budget=dpsql.Budget(1e9, 0.9))
+    use_noise(s, zero_noise(73))
+    s.register("t", pa.table({"pid": list(range(40)), "g": [i % 3 for i in range(40)], "x": [5.0] * 40}),
+               privacy_unit="pid", columns={"g": {"domain": [0, 1, 2, 3]}, "x": {"bounds": (0, 1000)}})
+    return s
+
+
+def test_an_avg_released_null_has_no_interval() -> None:
+    r = _avg_session().query("SELECT g, AVG(x) AS a, VARIANCE(x) AS v FROM t GROUP BY g ORDER BY g DESC",
+                             epsilon=1.0, delta=1e-6)
+    assert r.table.column("g").to_pylist() == [3, 2, 1, 0] and r.table.column("a").to_pylist()[0] is None
+    acc = r.meta()["accuracy"]
+    assert acc["a"]["per_row_ci95_half_width"][0] is None and acc["a"]["per_row_noise_std"][0] is None
+    assert acc["v"]["per_row_ci95_half_width"][0] is None  # as VARIANCE's
+    assert all(v is not None and v > 0 for v in acc["a"]["per_row_ci95_half_width"][1:])
+    # the summaries are medians over the rows that have an interval
+    rows = acc["a"]["per_row_noise_std"][1:]
+    assert acc["a"]["noise_std"] == sorted(rows)[1]
+    assert math.isfinite(r.accuracy["a"]["ci95_half_width"])
+
+
+def test_the_command_lines_summary_names_the_first_row_that_has_an_interval(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DPSQL_LEDGER", raising=False)
+    pq.write_table(pa.table({"pid": list(range(40)), "g": [i % 3 for i in range(40)], "x": [5.0] * 40}), "t.parquet")
+    opened = cli._open_session
+
+    def opening(args: object, **kw: object) -> object:
+        s = opened(args, **kw)  # type: ignore[arg-type]
+        use_noise(s, zero_noise(73))
+        return s
+
+    monkeypatch.setattr(cli, "_open_session", opening)
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        assert cli.main(["init", "--ledger", "l.duckdb", "--epsilon", "100", "--delta", "0.1"]) == 0
+    flags = ["--ledger", "l.duckdb", "--table", "t=t.parquet", "--privacy-unit", "t=pid", "--bounds", "t.x=0:1000",
+             "--domain", "t.g=0,1,2,3"]
+    for agg, words in (("AVG", "a: noise std "), ("VARIANCE", "a: 95% interval +/- ")):
+        err = io.StringIO()
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+            code = cli.main([*flags, "query", f"SELECT g, {agg}(x) AS a FROM t GROUP BY g ORDER BY g DESC",
+                             "--epsilon", "1", "--delta", "1e-6"])
+        assert code == 0, err.getvalue()
+        line = next(ln for ln in err.getvalue().splitlines() if ln.startswith("  a:"))
+        assert line.startswith(f"  {words}") and "nan" not in line and "(row 2; per row in --meta)" in line
