@@ -1562,14 +1562,17 @@ def _cmd_query(args: argparse.Namespace) -> int:
         for name, acc in rel.accuracy.items():
             col = name_text(name)  # "a\nb", not a line break
             if acc.get("noise_std") is not None and len(acc.get("per_row_noise_std") or []) > 1:
-                sd, hw = acc["per_row_noise_std"][0], (acc.get("per_row_ci95_half_width") or [None])[0]
-                print(f"  {col}: noise std {sd:.4g}, 95% interval +/- {hw:.4g} (row 1; per row in --meta)", file=sys.stderr)
+                # the first row that has an interval (a row released NULL has none)
+                i = _first_finite(acc["per_row_noise_std"])
+                sd, hw = acc["per_row_noise_std"][i], (acc.get("per_row_ci95_half_width") or [None] * (i + 1))[i]
+                print(f"  {col}: noise std {sd:.4g}, 95% interval +/- {hw:.4g} (row {i + 1}; per row in --meta)", file=sys.stderr)
             elif acc.get("noise_std") is not None:
                 print(f"  {col}: noise std {acc['noise_std']:.4g}, 95% interval +/- {acc['ci95_half_width']:.4g}", file=sys.stderr)
             elif acc.get("ci95_half_width") is not None:
                 rows = acc.get("per_row_ci95_half_width") or []
-                each = " (row 1; per row in --meta)" if len(rows) > 1 else ""
-                hw = rows[0] if rows and rows[0] is not None else acc["ci95_half_width"]
+                i = _first_finite(rows)
+                each = f" (row {i + 1}; per row in --meta)" if len(rows) > 1 else ""
+                hw = rows[i] if rows else acc["ci95_half_width"]
                 print(f"  {col}: 95% interval +/- {hw:.4g}{each}", file=sys.stderr)
             elif acc.get("note") == DIFFERS_BY_QUERY:  # the Python API's details are the meta's parameters
                 print(f"  {col}: differs by query: per query in the meta's parameters.components (--meta, --format json)",
@@ -1590,6 +1593,12 @@ def _cmd_query(args: argparse.Namespace) -> int:
                       f"(tau* = {c['parameters']['tau_star']:g} units): a group missing from the output is not a zero",
                       file=sys.stderr)
     return 0
+
+
+def _first_finite(values: Sequence[Any]) -> int:
+    """The index of the first finite number of a per-row list (a row released NULL has no interval: NaN or None),
+    else 0."""
+    return next((i for i, v in enumerate(values) if isinstance(v, (int, float)) and math.isfinite(v)), 0)
 
 
 def _one_line(text: str) -> str:

@@ -331,6 +331,9 @@ def finish_release(
                 rs, rn = ((gran[a.name + c] + cal.snap.get(a.name + c, (0.0, 0.0))[0]) / 2 for c in ("_sum", "_cnt"))
                 half = (Z95 if cal.noise == "gaussian" else LAPLACE95 / math.sqrt(2.0)) * std_row
                 half = half + rs / nn + np.abs(s / nn) * rn / nn + g / 2
+            # a row released NULL (its noisy count below 1) has no interval, as VARIANCE's and CORR's have none: the
+            # width was read from its noisy sum, which the release does not otherwise show
+            std_row, half = np.where(mask, np.nan, std_row), np.where(mask, np.nan, half)
             # per-row half-widths travel with the rows (hidden column) through HAVING/ORDER/LIMIT
             row_accuracy[a.name] = pa.array(half, type=pa.float64())
             row_noise_std[a.name] = pa.array(std_row, type=pa.float64())  # travels too: the summary's median

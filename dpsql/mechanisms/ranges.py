@@ -437,9 +437,9 @@ class Dawa:
         """A histogram releases every (coarse) bin: its keys are the public bin labels."""
         if cal.plan is None or not cal.workload.histogram:
             return None
-        labels = cal.workload.dims[0].key_labels([r[0] for r in cal.workload.ranges],
-                                                 plain=isinstance(cal.plan.keys[0].expr, exp.Column))
-        return pa.table({cal.plan.keys[0].name: pa.array(labels)})
+        plain = isinstance(cal.plan.keys[0].expr, exp.Column)
+        labels = cal.workload.dims[0].key_labels([r[0] for r in cal.workload.ranges], plain=plain)
+        return pa.table({cal.plan.keys[0].name: _key_array(cal.workload.dims[0], labels, plain)})
 
     def release(self, cal: DawaCalibration, bounded: pa.Table | None, rng: NoiseSource) -> Released:
         wl = cal.workload
@@ -460,13 +460,29 @@ class Dawa:
             return Released(table=table, accuracy={"count": acc}, commit=commit, final=True)
         agg = cal.plan.aggregates[0].name
         if wl.histogram:
-            labels = wl.dims[0].key_labels([r[0] for r in wl.ranges], plain=isinstance(cal.plan.keys[0].expr, exp.Column))
-            table = pa.table({cal.plan.keys[0].name: pa.array(labels), agg: pa.array(answers)})
+            plain = isinstance(cal.plan.keys[0].expr, exp.Column)
+            labels = wl.dims[0].key_labels([r[0] for r in wl.ranges], plain=plain)
+            table = pa.table({cal.plan.keys[0].name: _key_array(wl.dims[0], labels, plain), agg: pa.array(answers)})
         else:
             table = pa.table({agg: pa.array(answers)})
         row_acc = {agg: pa.array(per_row[1], type=pa.float64())} if per_row is not None else {}
         row_std = {agg: pa.array(per_row[0], type=pa.float64())} if per_row is not None else {}
         return Released(table=table, accuracy={agg: acc}, row_accuracy=row_acc, row_noise_std=row_std, commit=commit)
+
+
+def _key_array(dim: Any, labels: list[Any], plain: bool) -> pa.Array:
+    """A histogram's released keys as an Arrow array of the key column's own type where its lower edges are whole
+    numbers that the type holds: ``GROUP BY age`` of an INTEGER column releases INTEGER keys (int32), as every other
+    mechanism does (a sparse histogram's, a declared domain's), not BIGINT; so post-processing reads them alike
+    (``age * 2000000000`` overflowed to NULL over one and was 4000000000 over the other) and an output file's schema
+    does not follow the route. Other keys (doubles, dates, timestamps, an edge the type cannot hold) as Arrow infers."""
+    from dpsql.mechanisms.basic import sql_arrow_type, typed_array
+
+    typ = sql_arrow_type(dim.type_text or "") if plain else None
+    if (typ is not None and (pa.types.is_integer(typ) or pa.types.is_decimal(typ))
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in labels)):
+        return typed_array(labels, typ)
+    return pa.array(labels)
 
 
 def _accuracy(wl: Workload, syn: Any, reused: bool) -> tuple[dict[str, Any], tuple[np.ndarray, np.ndarray] | None]:
