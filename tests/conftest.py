@@ -281,6 +281,13 @@ EXTENDED = {
         "the other half of the same corpus and generated expressions ([0])",
     "test_hostile_fuzz.py::test_outcomes_do_not_depend_on_one_user[2]":
         "the other half of the same generated WHERE conditions, within the allow-list and hostile alike ([0])",
+    "test_big_queries.py::test_a_9000_element_in_list_is_answered":
+        "long IN lists of constants typed and answered: the 10 000 literals of each kind typed at the cap "
+        "(test_adversary_expressions.py::test_an_in_list_of_constants_is_bounded_by_its_own_limit), the lists of 600 "
+        "integer, date and decimal keys answered (test_long_in_lists.py), each type name parsed once "
+        "(test_type_nodes_are_fresh_and_equal_to_a_parse) and a long list of float constants typed in few nodes",
+    "test_hostile_fuzz.py::test_outcomes_do_not_depend_on_one_user_parquet_invalid_utf8[1]":
+        "the other half of the same corpus and generated queries over the same Parquet file with invalid UTF-8 ([0])",
     "test_hostile_fuzz.py::test_outcomes_do_not_depend_on_one_user[3]":
         "the generated GROUP BY keys of [1] drawn by the same generator; the corpus's keys ([0]) and the generated "
         "keys of the Parquet file with invalid UTF-8 (test_outcomes_do_not_depend_on_one_user_parquet_invalid_utf8)",
