@@ -281,6 +281,13 @@ EXTENDED = {
         "the other half of the same corpus and generated expressions ([0])",
     "test_hostile_fuzz.py::test_outcomes_do_not_depend_on_one_user[2]":
         "the other half of the same generated WHERE conditions, within the allow-list and hostile alike ([0])",
+    "test_big_queries.py::test_a_9000_element_in_list_is_answered":
+        "long IN lists of constants typed and answered: the 10 000 literals of each kind typed at the cap "
+        "(test_adversary_expressions.py::test_an_in_list_of_constants_is_bounded_by_its_own_limit), the lists of 600 "
+        "integer, date and decimal keys answered (test_long_in_lists.py), each type name parsed once "
+        "(test_type_nodes_are_fresh_and_equal_to_a_parse) and a long list of float constants typed in few nodes",
+    "test_hostile_fuzz.py::test_outcomes_do_not_depend_on_one_user_parquet_invalid_utf8[1]":
+        "the other half of the same corpus and generated queries over the same Parquet file with invalid UTF-8 ([0])",
     "test_hostile_fuzz.py::test_outcomes_do_not_depend_on_one_user[3]":
         "the generated GROUP BY keys of [1] drawn by the same generator; the corpus's keys ([0]) and the generated "
         "keys of the Parquet file with invalid UTF-8 (test_outcomes_do_not_depend_on_one_user_parquet_invalid_utf8)",
@@ -342,6 +349,13 @@ EXTENDED = {
        f"[{shape}-table]": f"the same shape over Parquet ([{shape}-parquet]), the group and path shapes over tables "
        "([group-table], [path-table]) and the three-table joins of test_three_table_join_plans_on_duckdb_tables_do_not_"
        "depend_on_one_person" for shape in ("chain4", "star")},
+    **{f"test_adversary_join_spread.py::test_a_key_column_named_like_the_plans_columns_keeps_its_matches[{o}-o_orderkey]":
+       "the ordinary key name under the default options ([opts0-o_orderkey]; under r2t and q = 0.5 the chain of "
+       "test_text_keys_under_a_collation_match_alike joins on o_orderkey too), and the plan's own names (__spread, "
+       "__key0) under every option" for o in ("opts1", "opts2")},
+    "test_adversary_join_spread.py::test_numeric_keys_spelled_apart_match_alike[SELECT COUNT(*) FROM a JOIN a a2 ON "
+    "a.k = a2.k-int-bigint]": "the same self-join over the same INTEGER keys with NULLs added ([...-int-nulls]); a "
+                              "self-join reads table a alone, so the case's BIGINT side is not read",
     "test_adversary_join_spread.py::test_numeric_keys_spelled_apart_match_alike[SELECT SUM(b.v) FROM a JOIN b ON a.k = b.k-":
         "each spelling over the same join under COUNT(*) ([SELECT COUNT(*) FROM a JOIN b ON a.k = b.k-...]), which "
         "checks the same number of joined rows",

@@ -70,10 +70,16 @@ def test_a_10000_value_list_of_text_keys_is_planned_and_answered_with_every_list
     sql = f"SELECT cc, COUNT(*) AS n FROM t WHERE cc IN ({', '.join(repr(k) for k in keys)}) GROUP BY cc"
     s = _session()
     try:
-        plan = s.explain(sql, epsilon=1.0, delta=0.0)
+        # the query plans the list as explain does (explain is the query's planning, run alone): its release names
+        # the mechanism the plan chose; the bounded SQL's digests of a text list of more than 5 elements are the
+        # same at any length, shown here by explain on 600 of the same keys (explain at 10 000 took about as long
+        # as the query: half of this test)
+        plan = s.explain(sql.replace(", ".join(repr(k) for k in keys), ", ".join(repr(k) for k in keys[:600])),
+                         epsilon=1.0, delta=0.0)
         assert plan.mechanism == "laplace", plan.mechanism
-        assert plan.bounded_sql.count("MD5('dpsql_read_salt' || 'v09997')") >= 1  # the digests, under the marker
+        assert plan.bounded_sql.count("MD5('dpsql_read_salt' || 'v00597')") >= 1  # the digests, under the marker
         r = s.query(sql, epsilon=1.0, delta=0.0)
+        assert r.mechanism == "laplace", r.mechanism
     finally:
         s.close()
     got = {row["cc"]: row["n"] for row in r.table.to_pylist()}

@@ -29,8 +29,7 @@ from dpsql.rewrite.bound import Caps, released_columns
 from dpsql.testing import use_noise, zero_noise
 
 
-@pytest.fixture
-def s() -> Any:
+def _session() -> Any:
     sess = dpsql.Session(budget=dpsql.Budget(100.0, 1e-3))
     use_noise(sess, zero_noise())
     sess.register("events", make_events(), privacy_unit="user_id", max_groups_per_unit=2, max_rows_per_group=1,
@@ -38,6 +37,21 @@ def s() -> Any:
                            "country": {"domain": ["US", "FR", "DE", "XX"]}})
     sess.register("users", pa.table({"uid": list(range(1, 61)), "score": [float(i % 7) for i in range(60)]}),
                   privacy_unit="uid", columns={"score": {"bounds": (0, 10)}})
+    return sess
+
+
+@pytest.fixture
+def s() -> Any:
+    sess = _session()
+    yield sess
+    sess.close()
+
+
+@pytest.fixture(scope="module")
+def s_refusing() -> Any:
+    """One session for the tests that only ask what it refuses (through ``free``, which asserts that nothing was spent
+    or recorded): every such test sees the session as new; a test that releases anything takes ``s``."""
+    sess = _session()
     yield sess
     sess.close()
 
@@ -66,11 +80,11 @@ def test_schema_qualified_names_resolve_to_the_registered_table(s: Any, sql: str
     assert r.table.num_rows == 1 and s.history().to_pylist()[-1]["tables"] == ["events"]
 
 
-def test_system_schemas_and_one_table_under_two_schemas_are_refused(s: Any) -> None:
-    assert "system schema 'information_schema'" in free(s, "SELECT COUNT(*) FROM information_schema.events")
-    msg = free(s, "SELECT COUNT(*) FROM a.events x JOIN b.events y ON x.user_id = y.user_id")
+def test_system_schemas_and_one_table_under_two_schemas_are_refused(s_refusing: Any) -> None:
+    assert "system schema 'information_schema'" in free(s_refusing, "SELECT COUNT(*) FROM information_schema.events")
+    msg = free(s_refusing, "SELECT COUNT(*) FROM a.events x JOIN b.events y ON x.user_id = y.user_id")
     assert "'a.events' and 'b.events' both name the registered table 'events'" in msg and "ambiguous" in msg
-    assert "not registered" in free(s, "SELECT COUNT(*) FROM PUMS.nosuch", errors.PolicyError)
+    assert "not registered" in free(s_refusing, "SELECT COUNT(*) FROM PUMS.nosuch", errors.PolicyError)
 
 
 # -- T-SQL TOP and RAND() ----------------------------------------------------------------------------
@@ -78,14 +92,14 @@ def test_system_schemas_and_one_table_under_two_schemas_are_refused(s: Any) -> N
 
 @pytest.mark.parametrize("sql,n", [("SELECT TOP 10 country, COUNT(*) FROM events GROUP BY country", "10"),
                                    ("select distinct top (5) age from events", "5")])
-def test_top_is_refused_with_limit_as_the_fix(s: Any, sql: str, n: str) -> None:
-    msg = free(s, sql)
+def test_top_is_refused_with_limit_as_the_fix(s_refusing: Any, sql: str, n: str) -> None:
+    msg = free(s_refusing, sql)
     assert f"use LIMIT {n}" in msg and "syntax error" not in msg
 
 
 @pytest.mark.parametrize("written", ["RAND", "rand", "RANDOM"])
-def test_rand_is_named_as_written(s: Any, written: str) -> None:
-    msg = free(s, f"SELECT COUNT(*) * {written}() AS x FROM events")
+def test_rand_is_named_as_written(s_refusing: Any, written: str) -> None:
+    msg = free(s_refusing, f"SELECT COUNT(*) * {written}() AS x FROM events")
     assert f"function {written}()" in msg and f"remove {written}()" in msg
     if written != "RANDOM":
         assert "RANDOM()" not in msg
@@ -124,10 +138,10 @@ def test_keys_not_declared_are_released_above_the_threshold_and_charged(s: Any) 
         s.query("SELECT url FROM events GROUP BY url", epsilon=1.0)
 
 
-def test_group_by_the_privacy_unit_is_refused_for_free(s: Any) -> None:
-    msg = free(s, "SELECT user_id, COUNT(*) FROM events GROUP BY user_id")
+def test_group_by_the_privacy_unit_is_refused_for_free(s_refusing: Any) -> None:
+    msg = free(s_refusing, "SELECT user_id, COUNT(*) FROM events GROUP BY user_id")
     assert "GROUP BY the privacy unit 'user_id'" in msg and "threshold" in msg
-    free(s, "SELECT DISTINCT user_id FROM events")
+    free(s_refusing, "SELECT DISTINCT user_id FROM events")
 
 
 def test_unaliased_outputs_are_named_as_written(s: Any) -> None:
@@ -135,8 +149,8 @@ def test_unaliased_outputs_are_named_as_written(s: Any) -> None:
     assert r.table.column_names == ["VAR_SAMP(age)", "STDEV(age)", "COUNT(*)"]
 
 
-def test_distinct_with_an_aggregate_is_still_refused(s: Any) -> None:
-    assert "DISTINCT" in free(s, "SELECT DISTINCT country, COUNT(*) FROM events GROUP BY country")
+def test_distinct_with_an_aggregate_is_still_refused(s_refusing: Any) -> None:
+    assert "DISTINCT" in free(s_refusing, "SELECT DISTINCT country, COUNT(*) FROM events GROUP BY country")
 
 
 # -- interval arithmetic and the clamp recogniser --------------------------------------------------------
@@ -343,12 +357,12 @@ def test_count_distinct_end_to_end(s: Any) -> None:
     assert r.accuracy["n"]["noise_std"] > 0
 
 
-def test_unbounded_expression_names_the_fix(s: Any) -> None:
-    msg = free(s, "SELECT SUM(amount / age) FROM events")
+def test_unbounded_expression_names_the_fix(s_refusing: Any) -> None:
+    msg = free(s_refusing, "SELECT SUM(amount / age) FROM events")
     assert "literal non-zero constant" in msg and "LEAST(GREATEST(expr, lo), hi)" in msg
-    msg = free(s, "SELECT SUM(LEAST(GREATEST(amount, 5), 1)) FROM events")
+    msg = free(s_refusing, "SELECT SUM(LEAST(GREATEST(amount, 5), 1)) FROM events")
     assert "lower bound 5 is above its upper bound 1" in msg
-    assert "DISTINCT" in free(s, "SELECT SUM(DISTINCT amount) FROM events")
+    assert "DISTINCT" in free(s_refusing, "SELECT SUM(DISTINCT amount) FROM events")
 
 
 # -- joins: one true problem, one violation ------------------------------------------------------------------
@@ -362,8 +376,8 @@ def test_unbounded_expression_names_the_fix(s: Any) -> None:
      "released only when the SELECT list asks for it"),
     ("SELECT COUNT(*) FROM events a LEFT JOIN users b ON a.user_id = b.uid WHERE b.score > 2", "LEFT joins"),
 ])
-def test_join_refusals_report_one_true_problem(s: Any, sql: str, words: str) -> None:
-    msg = free(s, sql)
+def test_join_refusals_report_one_true_problem(s_refusing: Any, sql: str, words: str) -> None:
+    msg = free(s_refusing, sql)
     assert words in msg and "problems" not in msg and "unknown" not in msg, msg
 
 
@@ -408,7 +422,7 @@ def test_variance_interval_never_warns_on_masked_branches() -> None:
     "SELECT country, COUNT(*) FROM events GROUP BY ROLLUP (1.5)",
     "SELECT country, COUNT(*) FROM events GROUP BY CUBE (country, 2.0)",
 ])
-def test_group_by_a_number_that_is_no_position(s: Any, sql: str) -> None:
+def test_group_by_a_number_that_is_no_position(s_refusing: Any, sql: str) -> None:
     """GROUP BY 1.5 (a number, not a whole one): a clear refusal for free; it raised a raw ValueError."""
-    msg = free(s, sql)
+    msg = free(s_refusing, sql)
     assert "position" in msg and "whole number" in msg

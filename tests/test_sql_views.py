@@ -32,8 +32,7 @@ def _orders() -> pa.Table:
     })
 
 
-@pytest.fixture
-def shop():
+def _shop() -> dpsql.Session:
     s = dpsql.Session(budget=dpsql.Budget(1000.0, 1e-2))
     s.register("products", pa.table({"product_id": pa.array(range(4), pa.int64()), "category": ["p", "q", "p", "q"]}),
                public=True)
@@ -43,6 +42,21 @@ def shop():
     s.register("customers", pa.table({"customer_id": pa.array(range(120), pa.int64()),
                                       "segment": ["a", "b", "c"] * 40}), privacy_unit="customer_id",
                columns={"segment": {"domain": ["a", "b", "c"]}})
+    return s
+
+
+@pytest.fixture
+def shop():
+    s = _shop()
+    yield s
+    s.close()
+
+
+@pytest.fixture(scope="module")
+def shop_refusing():
+    """One session for the tests that only ask what it refuses: a refusal charges and records nothing (each test
+    checks so), so every such test sees the session as new; a test that releases anything takes ``shop``."""
+    s = _shop()
     yield s
     s.close()
 
@@ -279,8 +293,8 @@ REFUSED = [
 
 
 @pytest.mark.parametrize("sql,match", REFUSED, ids=[m for _, m in REFUSED])
-def test_refused_for_free_with_the_fix(shop, sql, match):
-    msg = _refused(shop, sql, errors.QueryError, match)
+def test_refused_for_free_with_the_fix(shop_refusing, sql, match):
+    msg = _refused(shop_refusing, sql, errors.QueryError, match)
     assert "problems" not in msg, msg
 
 
@@ -396,10 +410,10 @@ QUOTED = [
 
 
 @pytest.mark.parametrize("sql,fragment,at", QUOTED, ids=[f"{i}" for i in range(len(QUOTED))])
-def test_a_refusal_quotes_the_query_s_own_text_at_its_position(shop, sql, fragment, at):
+def test_a_refusal_quotes_the_query_s_own_text_at_its_position(shop_refusing, sql, fragment, at):
     """Merged, a view's column is the view's expression (``v.url`` for ``url``, ``a__amount`` for ``a.x`` over a
     join): a refusal quoted that merged text, and placed it where the view's expression is written."""
-    got, follows, message = _quoted(shop, sql)
+    got, follows, message = _quoted(shop_refusing, sql)
     assert (got, follows[: len(at)]) == (fragment, at), message
     assert "__" not in message, message  # a join's flat column names (a__amount) are never quoted
 
@@ -452,8 +466,8 @@ PARENTHESISED = [
 
 
 @pytest.mark.parametrize("sql,what,fix", PARENTHESISED, ids=[f"{i}" for i in range(len(PARENTHESISED))])
-def test_parentheses_without_a_select_in_from_are_named(shop, sql, what, fix):
-    msg = _refused(shop, sql, errors.UnsupportedQueryError, "not supported")
+def test_parentheses_without_a_select_in_from_are_named(shop_refusing, sql, what, fix):
+    msg = _refused(shop_refusing, sql, errors.UnsupportedQueryError, "not supported")
     assert what in msg and fix in msg and "statement" not in msg, msg
 
 

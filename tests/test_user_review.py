@@ -34,8 +34,7 @@ def _orders() -> pa.Table:
     })
 
 
-@pytest.fixture
-def shop():
+def _shop() -> dpsql.Session:
     s = dpsql.Session(budget=dpsql.Budget(100.0, 1e-3))
     use_noise(s, zero_noise())
     s.register("orders", _orders(), privacy_unit="customer_id", max_groups_per_unit=50, max_rows_per_group=50,
@@ -45,6 +44,21 @@ def shop():
                columns={"segment": {"domain": ["a", "b"]}})
     s.register("products", pa.table({"product_id": pa.array(range(4), pa.int64()), "category": ["p", "q", "p", "q"]}),
                public=True)
+    return s
+
+
+@pytest.fixture
+def shop():
+    s = _shop()
+    yield s
+    s.close()
+
+
+@pytest.fixture(scope="module")
+def shop_refusing():
+    """One session for the tests that only ask what it refuses: a refusal charges and records nothing (each test
+    checks so), so every such test sees the session as new; a test that releases anything takes ``shop``."""
+    s = _shop()
     yield s
     s.close()
 
@@ -71,14 +85,14 @@ def _refused(s: dpsql.Session, sql: str, exc: type[Exception], match: str, **kw:
     ("SELECT COUNT(*) FROM orders o JOIN customers c ON o.customer_id = c.customer_id WHERE segmnt = 'a'",
      "did you mean 'segment'?"),
 ])
-def test_a_mistyped_name_is_refused_with_the_registered_name(shop, sql, suggestion):
-    assert suggestion in _refused(shop, sql, errors.QueryError, "unknown|not registered")
+def test_a_mistyped_name_is_refused_with_the_registered_name(shop_refusing, sql, suggestion):
+    assert suggestion in _refused(shop_refusing, sql, errors.QueryError, "unknown|not registered")
 
 
-def test_no_suggestion_for_a_name_close_to_nothing(shop):
-    msg = _refused(shop, "SELECT COUNT(*) FROM orders WHERE xyz > 1", errors.QueryError, "unknown column 'xyz'")
+def test_no_suggestion_for_a_name_close_to_nothing(shop_refusing):
+    msg = _refused(shop_refusing, "SELECT COUNT(*) FROM orders WHERE xyz > 1", errors.QueryError, "unknown column 'xyz'")
     assert "did you mean" not in msg
-    msg = _refused(shop, "SELECT COUNT(*) FROM orders o JOIN customers c ON o.customer_id = c.customer_id WHERE qq = 1",
+    msg = _refused(shop_refusing, "SELECT COUNT(*) FROM orders o JOIN customers c ON o.customer_id = c.customer_id WHERE qq = 1",
                    errors.QueryError, "unknown")
     assert "did you mean" not in msg and "qualify" not in msg  # qualifying cannot help a name no table has
 
@@ -225,8 +239,8 @@ def test_shifted_columns_in_queries(shop):
     ("SELECT COUNT(*) FROM orders WHERE order_ts + INTERVAL '1 month 2 days' > order_date", "one unit"),
     ("SELECT COUNT(*) FROM orders WHERE order_ts > INTERVAL 1 DAY", "INTERVAL is not on the allow-list"),
 ])
-def test_other_interval_uses_stay_refused_for_free(shop, sql, match):
-    _refused(shop, sql, errors.UnsupportedQueryError, match)
+def test_other_interval_uses_stay_refused_for_free(shop_refusing, sql, match):
+    _refused(shop_refusing, sql, errors.UnsupportedQueryError, match)
 
 
 def test_shifted_literals_are_range_endpoints_of_a_workload():
@@ -295,16 +309,16 @@ def test_filter_clause_names_the_query_as_written(shop):
     "SELECT COUNT(DISTINCT status) FILTER (WHERE amount > 10) FROM orders",
     "SELECT SUM(DISTINCT amount) FILTER (WHERE amount > 10) FROM orders",
 ])
-def test_filter_clause_without_a_case_form_says_where(shop, sql):
-    msg = _refused(shop, sql, errors.UnsupportedQueryError, "FILTER")
+def test_filter_clause_without_a_case_form_says_where(shop_refusing, sql):
+    msg = _refused(shop_refusing, sql, errors.UnsupportedQueryError, "FILTER")
     assert "move the condition into WHERE" in msg and "write it as" not in msg
 
 
-def test_filter_condition_is_checked_like_a_where(shop):
-    assert "did you mean 'amount'" in _refused(shop, "SELECT COUNT(*) FILTER (WHERE amont > 1) FROM orders",
+def test_filter_condition_is_checked_like_a_where(shop_refusing):
+    assert "did you mean 'amount'" in _refused(shop_refusing, "SELECT COUNT(*) FILTER (WHERE amont > 1) FROM orders",
                                                errors.UnsupportedQueryError, "unknown column")
-    _refused(shop, "SELECT COUNT(*) FILTER (WHERE status) FROM orders", errors.UnsupportedQueryError, "BOOLEAN")
-    _refused(shop, "SELECT SUM(amount) FILTER (WHERE random() < 0.5) FROM orders", errors.UnsupportedQueryError, "random")
+    _refused(shop_refusing, "SELECT COUNT(*) FILTER (WHERE status) FROM orders", errors.UnsupportedQueryError, "BOOLEAN")
+    _refused(shop_refusing, "SELECT SUM(amount) FILTER (WHERE random() < 0.5) FROM orders", errors.UnsupportedQueryError, "random")
 
 
 # -- a subquery is reported once, not also through its own columns and aggregates -------------------------------
@@ -313,8 +327,8 @@ def test_filter_condition_is_checked_like_a_where(shop):
     "SELECT COUNT(*) FROM orders WHERE customer_id IN (SELECT customer_id FROM customers WHERE segment = 'a')",
     "SELECT COUNT(*) FROM orders WHERE amount > (SELECT AVG(amount) FROM orders)",
 ])
-def test_a_subquery_in_where_is_one_problem(shop, sql):
-    msg = _refused(shop, sql, errors.UnsupportedQueryError, "subqueries are not supported in WHERE")
+def test_a_subquery_in_where_is_one_problem(shop_refusing, sql):
+    msg = _refused(shop_refusing, sql, errors.UnsupportedQueryError, "subqueries are not supported in WHERE")
     assert "problems" not in msg and "unknown column" not in msg and "use HAVING" not in msg, msg
 
 
@@ -328,13 +342,13 @@ def test_a_subquery_in_where_is_one_problem(shop, sql):
     ("SELECT COUNT(*) FROM orders WHERE date_diff('day', order_date, DATE '2024-12-31') < 30", "function date_diff() is not"),
     ("SELECT COUNT(*) FROM orders WHERE regexp_matches(status, '^o')", "function regexp_matches() is not"),
 ])
-def test_refused_functions_are_named_as_written(shop, sql, named):
-    msg = _refused(shop, sql, errors.UnsupportedQueryError, "not")
+def test_refused_functions_are_named_as_written(shop_refusing, sql, named):
+    msg = _refused(shop_refusing, sql, errors.UnsupportedQueryError, "not")
     assert named in msg and "problems" not in msg, msg  # one problem, named as written (no IGNORENULLS, GROUPCONCAT)
 
 
-def test_explain_statement_points_to_explain(shop, workdir, capsys):
-    msg = _refused(shop, "EXPLAIN SELECT COUNT(*) FROM orders", errors.UnsupportedQueryError, "EXPLAIN statements")
+def test_explain_statement_points_to_explain(shop_refusing, workdir, capsys):
+    msg = _refused(shop_refusing, "EXPLAIN SELECT COUNT(*) FROM orders", errors.UnsupportedQueryError, "EXPLAIN statements")
     assert "Session.explain" in msg
     code = run_cli(["--config", "examples/dpsql.toml", "query", "EXPLAIN SELECT COUNT(*) FROM events", "--epsilon", "1"])
     err = capsys.readouterr().err
@@ -394,8 +408,8 @@ def test_column_spec_hint_lists_type(shop):
      "write the query flat"),
     ("SELECT COUNT(*) FROM (SELECT * FROM orders WHERE amount > 10 LIMIT 5) t", "write the query flat"),
 ])
-def test_cte_and_from_subquery_are_one_problem_with_the_fix(shop, sql, fix):
-    msg = _refused(shop, sql, errors.UnsupportedQueryError, "not supported")
+def test_cte_and_from_subquery_are_one_problem_with_the_fix(shop_refusing, sql, fix):
+    msg = _refused(shop_refusing, sql, errors.UnsupportedQueryError, "not supported")
     assert fix in msg and "not registered" not in msg and "problems" not in msg, msg
 
 
@@ -422,15 +436,15 @@ def test_group_by_position_over_a_join(shop):
     "SELECT c.segment, SUM(o.amount) FILTER (WHERE c.segment = 'a') AS s FROM orders o JOIN customers c "
     "ON o.customer_id = c.customer_id GROUP BY c.segment",
 ])
-def test_filter_clause_over_a_join_is_one_clear_refusal(shop, sql):
+def test_filter_clause_over_a_join_is_one_clear_refusal(shop_refusing, sql):
     """Over joins a FILTER clause was read as its bare aggregate: refused as a column 'neither aggregated nor a
     GROUP BY key', or, with no column in its condition, as a query that 'does not type-check'."""
-    msg = _refused(shop, sql, errors.UnsupportedQueryError, "FILTER clauses are not supported over joins")
+    msg = _refused(shop_refusing, sql, errors.UnsupportedQueryError, "FILTER clauses are not supported over joins")
     assert "problems" not in msg and "move the condition into WHERE" in msg
 
 
-def test_an_aggregate_in_a_filter_condition_is_a_nested_aggregate(shop):
-    msg = _refused(shop, "SELECT COUNT(*) FILTER (WHERE COUNT(*) > 3) FROM orders", errors.UnsupportedQueryError,
+def test_an_aggregate_in_a_filter_condition_is_a_nested_aggregate(shop_refusing):
+    msg = _refused(shop_refusing, "SELECT COUNT(*) FILTER (WHERE COUNT(*) > 3) FROM orders", errors.UnsupportedQueryError,
                    "aggregates cannot be nested")
     assert "problems" not in msg
 
@@ -458,8 +472,8 @@ def test_select_aliases_over_joins_are_read_as_on_one_table(shop, sql, written_o
     assert r.table.column_names == shop.query(written_out, epsilon=1.0, delta=1e-6).table.column_names
 
 
-def test_an_alias_inside_an_aggregate_over_a_join_is_still_refused(shop):
-    _refused(shop, "SELECT c.segment AS seg, COUNT(seg)" + _J + " GROUP BY c.segment", errors.UnsupportedQueryError, "seg")
+def test_an_alias_inside_an_aggregate_over_a_join_is_still_refused(shop_refusing):
+    _refused(shop_refusing, "SELECT c.segment AS seg, COUNT(seg)" + _J + " GROUP BY c.segment", errors.UnsupportedQueryError, "seg")
 
 
 @pytest.mark.parametrize("sql", [

@@ -27,8 +27,10 @@ _DATA = ("SELECT k AS uid, CASE WHEN k >= 375 THEN 'z' ELSE ['a', 'b', 'c', 'd']
          "WHERE k % 4 <> 3 OR k < 300 OR k >= 375")
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def con() -> Any:
+    """One connection holding the table for the whole file: every test only reads ``t`` (each through a session of
+    its own, whose views are its own); a connection and the table made per test cost more than most tests' query."""
     c = duckdb.connect()
     c.execute(f"CREATE TABLE t AS {_DATA}")
     yield c
@@ -217,15 +219,19 @@ def test_windows_over_a_join_are_answered_over_its_released_rows(con: Any) -> No
     post-processing whatever released them (tests/test_analyst_queries.py compares such answers with DuckDB)."""
     con.execute("CREATE TABLE u AS SELECT k AS uid, k % 3 AS g FROM range(0, 378) r(k)")
     s = session(con, public=False)
-    s.register("u", "u", privacy_unit="uid", columns={"g": {"domain": [0, 1, 2]}})
-    r = s.query("SELECT u.g, COUNT(*) AS n, RANK() OVER (ORDER BY COUNT(*), u.g) AS r FROM t JOIN u ON t.uid = u.uid "
-                "GROUP BY u.g ORDER BY r", epsilon=1.0, delta=1e-6)
-    assert r.table.column("r").to_pylist() == [1, 2, 3]
-    n = r.table.column("n").to_pylist()
-    assert n == sorted(n)
-    q = s.query("SELECT u.g, COUNT(*) FROM t JOIN u ON t.uid = u.uid GROUP BY u.g QUALIFY RANK() OVER (ORDER BY u.g) < 2",
-                epsilon=1.0, delta=1e-6)
-    assert q.table.column("g").to_pylist() == [0]
+    try:
+        s.register("u", "u", privacy_unit="uid", columns={"g": {"domain": [0, 1, 2]}})
+        r = s.query("SELECT u.g, COUNT(*) AS n, RANK() OVER (ORDER BY COUNT(*), u.g) AS r FROM t JOIN u ON t.uid = u.uid "
+                    "GROUP BY u.g ORDER BY r", epsilon=1.0, delta=1e-6)
+        assert r.table.column("r").to_pylist() == [1, 2, 3]
+        n = r.table.column("n").to_pylist()
+        assert n == sorted(n)
+        q = s.query("SELECT u.g, COUNT(*) FROM t JOIN u ON t.uid = u.uid GROUP BY u.g QUALIFY RANK() OVER (ORDER BY u.g) "
+                    "< 2", epsilon=1.0, delta=1e-6)
+        assert q.table.column("g").to_pylist() == [0]
+    finally:
+        s.close()
+        con.execute("DROP TABLE u")  # the file's other tests read t alone
 
 
 def test_windows_read_the_released_rows_in_key_order_not_in_the_engines(con: Any) -> None:
