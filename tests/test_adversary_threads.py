@@ -86,12 +86,17 @@ def _blocking_call(con: duckdb.DuckDBPyConnection, started: threading.Event, go:
     return t
 
 
-def _end_when_refused(monkeypatch: Any, ends: list[threading.Event]) -> None:
+def _end_when_refused(monkeypatch: Any, ends: list[threading.Event], after: float = 0.0) -> None:
     """Set every event of ``ends`` (the script's calls end) as soon as the engine has found its connection busy and
-    waits to call it again (its one pause: the retry of ``dpsql.engine.duckdb._Patient``)."""
+    waits to call it again (its one pause: the retry of ``dpsql.engine.duckdb._Patient``), or ``after`` seconds
+    from then."""
     import dpsql.engine.duckdb as engine
 
     real = engine.time
+
+    def end(events: list[threading.Event]) -> None:
+        for e in events:
+            e.set()
 
     class Clock:
         def __getattr__(self, name: str) -> Any:
@@ -99,8 +104,11 @@ def _end_when_refused(monkeypatch: Any, ends: list[threading.Event]) -> None:
 
         @staticmethod
         def sleep(seconds: float) -> None:
-            for e in ends:
-                e.set()
+            if ends and not after:
+                end(ends)
+            elif ends:  # once: the events leave the list, set by a timer
+                threading.Timer(after, end, (ends[:],)).start()
+                ends.clear()
             real.sleep(seconds)
 
     monkeypatch.setattr(engine, "time", Clock())
@@ -175,16 +183,20 @@ def test_a_connection_busy_in_another_thread_for_long_is_refused_before_the_char
     assert s.query("SELECT COUNT(*) AS n FROM t", epsilon=1.0).table.num_rows == 1  # free again: answered
     # after the charge the read waits longer (up to the statement time-out): the charge is not wasted
     reserve, go2, threads = s.ledger.reserve, threading.Event(), list[threading.Thread]()
+    ends: list[threading.Event] = []
+    # the script's call ends 0.4 s (twice the wait before the charge) after the read found the connection busy
+    _end_when_refused(monkeypatch, ends, after=0.4)
 
     def reserve_then_call(*a: Any, **k: Any) -> int:
         entry = reserve(*a, **k)
         threads.append(_blocking_call(con, threading.Event(), go2))
-        threading.Timer(0.8, go2.set).start()
+        ends.append(go2)
         return entry
 
     s.ledger.reserve = reserve_then_call  # type: ignore[method-assign]
     try:
         assert s.query("SELECT COUNT(*) AS n FROM t", epsilon=1.0).table.num_rows == 1
+        assert threads and go2.is_set()  # (the read did find the connection busy, and waited past 0.2 s)
     finally:
         s.ledger.reserve = reserve  # type: ignore[method-assign]
         go2.set()
