@@ -86,7 +86,35 @@ def _blocking_call(con: duckdb.DuckDBPyConnection, started: threading.Event, go:
     return t
 
 
-def test_a_query_waits_for_the_callers_own_call_on_its_connection_in_another_thread() -> None:
+def _end_when_refused(monkeypatch: Any, ends: list[threading.Event], after: float = 0.0) -> None:
+    """Set every event of ``ends`` (the script's calls end) as soon as the engine has found its connection busy and
+    waits to call it again (its one pause: the retry of ``dpsql.engine.duckdb._Patient``), or ``after`` seconds
+    from then."""
+    import dpsql.engine.duckdb as engine
+
+    real = engine.time
+
+    def end(events: list[threading.Event]) -> None:
+        for e in events:
+            e.set()
+
+    class Clock:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real, name)
+
+        @staticmethod
+        def sleep(seconds: float) -> None:
+            if ends and not after:
+                end(ends)
+            elif ends:  # once: the events leave the list, set by a timer
+                threading.Timer(after, end, (ends[:],)).start()
+                ends.clear()
+            real.sleep(seconds)
+
+    monkeypatch.setattr(engine, "time", Clock())
+
+
+def test_a_query_waits_for_the_callers_own_call_on_its_connection_in_another_thread(monkeypatch: Any) -> None:
     """Finding (fixed): an ETL script that kept using its DuckDB connection in one thread while a Session on it
     queried in another made DuckDB refuse dpsql's calls at once (``ResourceInUseException``: a DuckDB connection
     runs one call at a time). Before the charge that was a ConfigError telling to ROLLBACK a failed transaction,
@@ -95,10 +123,12 @@ def test_a_query_waits_for_the_callers_own_call_on_its_connection_in_another_thr
     against a script calling the connection in a loop). dpsql's calls now wait for the script's call to end."""
     con, s = _session_on_a_table_of_1000()
     started, go = threading.Event(), threading.Event()
+    ends = [go]
     t = _blocking_call(con, started, go)
-    threading.Timer(0.5, go.set).start()  # the script's call ends after 0.5 s
+    _end_when_refused(monkeypatch, ends)  # the script's call ends once dpsql found the connection busy and waits
     try:
         got = s.query("SELECT COUNT(*) AS n FROM t", epsilon=5.0).table.column(0)[0].as_py()
+        assert go.is_set()  # (dpsql did find the connection busy, and waited)
     finally:
         go.set()
         t.join(20)
@@ -110,13 +140,14 @@ def test_a_query_waits_for_the_callers_own_call_on_its_connection_in_another_thr
     def reserve_then_call(*a: Any, **k: Any) -> int:
         entry = reserve(*a, **k)
         threads.append(_blocking_call(con, threading.Event(), go2))
-        threading.Timer(0.5, go2.set).start()
+        ends[:] = [go2]  # ends once the read found the connection busy and waits
         return entry
 
     go2 = threading.Event()
     s.ledger.reserve = reserve_then_call  # type: ignore[method-assign]
     try:
         got = s.query("SELECT COUNT(*) AS n FROM t", epsilon=5.0).table.column(0)[0].as_py()
+        assert threads and go2.is_set()  # (the read did find the connection busy, and waited)
     finally:
         s.ledger.reserve = reserve  # type: ignore[method-assign]
         go2.set()
@@ -152,16 +183,20 @@ def test_a_connection_busy_in_another_thread_for_long_is_refused_before_the_char
     assert s.query("SELECT COUNT(*) AS n FROM t", epsilon=1.0).table.num_rows == 1  # free again: answered
     # after the charge the read waits longer (up to the statement time-out): the charge is not wasted
     reserve, go2, threads = s.ledger.reserve, threading.Event(), list[threading.Thread]()
+    ends: list[threading.Event] = []
+    # the script's call ends 0.4 s (twice the wait before the charge) after the read found the connection busy
+    _end_when_refused(monkeypatch, ends, after=0.4)
 
     def reserve_then_call(*a: Any, **k: Any) -> int:
         entry = reserve(*a, **k)
         threads.append(_blocking_call(con, threading.Event(), go2))
-        threading.Timer(0.8, go2.set).start()
+        ends.append(go2)
         return entry
 
     s.ledger.reserve = reserve_then_call  # type: ignore[method-assign]
     try:
         assert s.query("SELECT COUNT(*) AS n FROM t", epsilon=1.0).table.num_rows == 1
+        assert threads and go2.is_set()  # (the read did find the connection busy, and waited past 0.2 s)
     finally:
         s.ledger.reserve = reserve  # type: ignore[method-assign]
         go2.set()

@@ -391,28 +391,31 @@ def test_keyed_uniform_is_uniform_inside_the_unit_interval(backend: ExecutionBac
     assert binomtest(int((values.reshape(-1, 2)[:, 1] < values.reshape(-1, 2)[:, 0]).sum()), 10000, 0.75).pvalue < ALPHA
 
 
-def argmin_per_unit(b: ExecutionBackend, key: Key, salt: str, t: pa.Table) -> np.ndarray:
-    q = exp.select("u", "g", exp.alias_(key(["u", "g"], salt), "h")).from_(src("t"))
-    best: dict[int, tuple[int, int]] = {}
+def argmin_per_unit(b: ExecutionBackend, keys: list[tuple[Key, str]], t: pa.Table) -> list[np.ndarray]:
+    """For each (key, salt): the group each unit keeps (its smallest key). Every key is a column of one query over
+    ``t`` (each a function of its row and salt alone, as in a query of its own; on Spark one job, not one per key)."""
+    q = exp.select("u", "g", *[exp.alias_(key(["u", "g"], salt), f"h{j}") for j, (key, salt) in enumerate(keys)]).from_(
+        src("t"))
+    best: list[dict[int, tuple[int, int]]] = [{} for _ in keys]
     for r in run(b, q, t=t):
-        if r["u"] not in best or r["h"] < best[r["u"]][0]:
-            best[r["u"]] = (r["h"], r["g"])
-    return np.array([best[u][1] for u in sorted(best)])
+        for j, bj in enumerate(best):
+            if r["u"] not in bj or r[f"h{j}"] < bj[r["u"]][0]:
+                bj[r["u"]] = (r[f"h{j}"], r["g"])
+    return [np.array([bj[u][1] for u in sorted(bj)]) for bj in best]
 
 
 def test_keyed_hash_choices_are_independent_across_salts(backend: ExecutionBackend) -> None:
     # over 5000 units of 4 groups: the group each unit keeps under one salt says nothing about
     # the one it keeps under another (4 x 4 contingency table)
     t = pairs_table(5000, 4)
-    a = argmin_per_unit(backend, backend.ops.keyed_hash, "salt one", t)
-    b = argmin_per_unit(backend, backend.ops.keyed_hash, "salt two", t)
+    ignored = _SaltIgnored(backend.ops)  # negative control (below): the same choice under every salt
+    a, b, a2, b2 = argmin_per_unit(backend, [(backend.ops.keyed_hash, "salt one"), (backend.ops.keyed_hash, "salt two"),
+                                             (ignored, "salt one"), (ignored, "salt two")], t)
     table = np.zeros((4, 4))
     np.add.at(table, (a, b), 1)
     assert chisquare(np.bincount(a, minlength=4)).pvalue >= ALPHA
     assert chi2_contingency(table).pvalue >= ALPHA, table
     # negative control: the same choice under every salt
-    ignored = _SaltIgnored(backend.ops)
-    a2, b2 = argmin_per_unit(backend, ignored, "salt one", t), argmin_per_unit(backend, ignored, "salt two", t)
     control = np.zeros((4, 4))
     np.add.at(control, (a2, b2), 1)
     assert chi2_contingency(control).pvalue < ALPHA
@@ -723,30 +726,39 @@ def test_try_cast_marked_safe_renders_for_spark() -> None:
 # -- bernoulli_keep (Poisson sampling of join tuples) ----------------------------------------------------
 
 
-def keeps(b: ExecutionBackend, n: int, salts: list[str], q: float) -> np.ndarray:
+def keeps(b: ExecutionBackend, n: int, salts: list[str], q: float | list[float]) -> np.ndarray:
+    """Each row's keep under each salt (at the rate ``q``, or the rate of each salt), in the order of ``i``: one query
+    computes every column (each column is a function of its row, its salt and its rate alone, as in a query of its
+    own); the rows are put in order here, not by the engine (on Spark an ORDER BY is a sampling job and a shuffle)."""
     t = pa.table({"i": np.arange(n, dtype=np.int64)})
-    cols = [exp.alias_(b.ops.bernoulli_keep(["i"], s, q), f"k{j}") for j, s in enumerate(salts)]
-    out = run_arrow(b, exp.select("i", *cols).from_(src("t")).order_by("i"), t=t)
+    rates = q if isinstance(q, list) else [q] * len(salts)
+    cols = [exp.alias_(b.ops.bernoulli_keep(["i"], s, r), f"k{j}") for j, (s, r) in enumerate(zip(salts, rates,
+                                                                                                  strict=True))]
+    out = run_arrow(b, exp.select("i", *cols).from_(src("t")), t=t)
     assert out.num_rows == n
+    out = out.take(pa.compute.sort_indices(out, [("i", "ascending")]))
+    assert out.column("i").to_pylist() == list(range(n))
     return np.column_stack([out.column(f"k{j}").to_numpy(zero_copy_only=False) for j in range(len(salts))]).astype(bool)
 
 
 def test_bernoulli_keep_has_rate_q(backend: ExecutionBackend) -> None:
     """n = 200000, q = 1/16: mean 12500, sd sqrt(200000/16 * 15/16) = 108.25; |K - 12500| <= 4.9 sd = 530
     (two-sided failure probability < 1e-6)."""
-    k = keeps(backend, 200_000, ["a salt"], 1 / 16)
-    assert 11_970 <= int(k.sum()) <= 13_030
-    assert keeps(backend, 1000, ["a salt"], 1.0).all()  # q = 1 keeps every row
+    # (q = 1 beside it, in the same query: each column is computed from its own row, salt and rate)
+    k = keeps(backend, 200_000, ["a salt", "a salt"], [1 / 16, 1.0])
+    assert 11_970 <= int(k[:, 0].sum()) <= 13_030
+    assert k[:, 1].all()  # q = 1 keeps every row
 
 
 def test_bernoulli_keep_is_independent_across_rows_and_salts(backend: ExecutionBackend) -> None:
-    k = keeps(backend, 100_000, ["salt one", "salt two"], 0.25)
+    # the negative control's second column in the same query (each column is a function of its row and salt alone)
+    k = keeps(backend, 100_000, ["salt one", "salt two", "salt one"], 0.25)
     across_salts = np.histogram2d(k[:, 0], k[:, 1], bins=2)[0]
     neighbours = np.histogram2d(k[:-1, 0], k[1:, 0], bins=2)[0]
     assert chi2_contingency(across_salts).pvalue >= ALPHA
     assert chi2_contingency(neighbours).pvalue >= ALPHA
     # negative control: the same salt twice is perfectly dependent
-    same = keeps(backend, 100_000, ["salt one", "salt one"], 0.25)
+    same = k[:, [0, 2]]
     assert chi2_contingency(np.histogram2d(same[:, 0], same[:, 1], bins=2)[0]).pvalue < ALPHA
 
 

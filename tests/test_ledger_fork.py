@@ -23,18 +23,20 @@ from dpsql.ledger import Ledger
 REPO = Path(__file__).resolve().parents[1]
 
 FORK_INSIDE = """
-import json, os, sys, time
+import json, os, sys
 from dpsql.budget import Budget
 from dpsql.ledger import Ledger, _store
 path, point = sys.argv[1], sys.argv[2]
-kid = []
+kid, done = [], []
 def inside(p):
     if kid:
         return
+    r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
         _store._HOOKS.clear()
-        time.sleep(1.0)  # by now the parent's operation is over (it waits for us below)
+        os.close(w)
+        os.read(r, 1)  # the parent's operation is over (it says so, then waits for us below)
         try:
             led = Ledger(path, lock_timeout=4)
             out = {"ok": led.reserve(Budget(0.1), mechanism="m", query="child", tables=["t"], params={})}
@@ -42,9 +44,12 @@ def inside(p):
             out = {"error": type(e).__name__, "msg": str(e)[:400]}
         os.write(1, (json.dumps(out) + "\\n").encode())
         os._exit(0)
+    os.close(r)
     kid.append(pid)
+    done.append(w)
 _store._HOOKS[point] = inside
 Ledger(path, lock_timeout=30).reserve(Budget(0.1), mechanism="m", query="parent", tables=["t"], params={})
+os.write(done[0], b".")
 os.waitpid(kid[0], 0)
 """
 

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 from conftest import child_env as _env
@@ -19,14 +20,15 @@ from dpsql.ledger import Ledger
 
 REPO = Path(__file__).resolve().parents[1]
 
-# Holds the ledger's lock (inside an operation) until its stdin... simpler: for HOLD seconds.
+# Holds the ledger's lock (inside an operation) for argv[2] seconds, or until a line arrives on its stdin.
 HOLDER = """
-import sys, time
+import select, sys
 from dpsql.budget import Budget
 from dpsql.ledger import Ledger, _store
 def inside(p):
     print("inside", flush=True)
-    time.sleep(float(sys.argv[2]))
+    if select.select([sys.stdin], [], [], float(sys.argv[2]))[0]:
+        sys.stdin.readline()
 _store._HOOKS["after_attach"] = inside
 led = Ledger(sys.argv[1], lock_timeout=30)
 led.reserve(Budget(0.1), mechanism="m", query="holder", tables=["t"], params={})
@@ -38,7 +40,8 @@ print("done", flush=True)
 HUGE_WAITER = """
 import json, sys, time
 from dpsql.budget import Budget
-from dpsql.ledger import Ledger
+from dpsql.ledger import Ledger, _store
+_store._HOOKS["before_queue"] = lambda p: print("waiting", flush=True)  # next: the queue and the lock, held
 led = Ledger(sys.argv[1], lock_timeout=1e10)
 try:
     eid = led.reserve(Budget(0.1), mechanism="m", query="waiter", tables=["t"], params={})
@@ -63,13 +66,19 @@ print(json.dumps(out), flush=True)
 
 
 def _huge_timeout_case(tmp_path: Path, waiter_path: Path, path: Path) -> None:
-    holder = _spawn(HOLDER, str(path), "2")
+    holder = _spawn(HOLDER, str(path), "30")
     waiter = None
     try:
-        assert holder.stdout is not None
+        assert holder.stdout is not None and holder.stdin is not None
         assert holder.stdout.readline().strip() == "inside"
         waiter = _spawn(HUGE_WAITER, str(waiter_path), "25")
         assert waiter.stdout is not None
+        line = waiter.stdout.readline()
+        assert line.strip() == "waiting", line
+        # the holder lets go 0.5 s after the waiter went on to wait for it (it held 2 s from its start before)
+        time.sleep(0.5)
+        holder.stdin.write("go\n")
+        holder.stdin.flush()
         got = json.loads(waiter.stdout.readline())
         holder.wait(30)
         # the waiter got its charge once the holder was done, or at worst a LedgerError

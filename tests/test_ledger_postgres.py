@@ -173,10 +173,22 @@ def test_a_statement_timeout_shorter_than_the_lock_wait_does_not_fail_a_charge(s
     import psycopg
 
     url = _configured(server, "statement_timeout = '200ms'")
-    holder = psycopg.connect(url)  # another writer holds the ledger's lock for about a second
+    holder = psycopg.connect(url)  # another writer holds the ledger's lock until the charge has waited 0.4 s for it
     holder.execute("SET LOCAL statement_timeout = 0")
     holder.execute("LOCK TABLE ledger_entries, ledger_totals IN EXCLUSIVE MODE")
-    release = threading.Timer(1.0, holder.commit)
+
+    def commit_once_waited_for() -> None:  # the charge seen waiting in pg_locks, then twice the statement_timeout
+        with psycopg.connect(url, autocommit=True) as watcher:
+            watcher.execute("SET statement_timeout = 0")
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and not watcher.execute(
+                    "SELECT 1 FROM pg_locks WHERE database = (SELECT oid FROM pg_database WHERE datname = "
+                    "current_database()) AND relation = 'ledger_entries'::regclass AND NOT granted").fetchall():
+                time.sleep(0.01)
+        time.sleep(0.4)
+        holder.commit()
+
+    release = threading.Thread(target=commit_once_waited_for)
     release.start()
     try:
         led = open_ledger(url, lock_timeout=60)

@@ -89,7 +89,14 @@ def test_a_reserve_reads_what_the_previous_writer_committed_whatever_the_default
 
     t = threading.Thread(target=reserve)
     t.start()
-    time.sleep(1.0)  # the reserve is waiting for the lock (ordering only; no timing is measured)
+    # the reserve is waiting for the lock (ordering only; no timing is measured): seen in pg_locks, not slept for
+    with psycopg.connect(url, autocommit=True) as watcher:
+        deadline = time.monotonic() + 60
+        while not watcher.execute("SELECT 1 FROM pg_locks WHERE database = (SELECT oid FROM pg_database WHERE datname "
+                                  "= current_database()) AND relation = 'ledger_entries'::regclass AND NOT granted"
+                                  ).fetchall():
+            assert time.monotonic() < deadline and t.is_alive(), outcome
+            time.sleep(0.01)
     holder.commit()
     holder.close()
     t.join(60)

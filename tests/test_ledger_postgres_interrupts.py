@@ -230,9 +230,19 @@ def test_ctrl_c_while_waiting_for_the_ledgers_lock_is_raised_at_once(url: str) -
     from dpsql.ledger import open_ledger
 
     led = open_ledger(url, Budget(1.0), create=True, lock_timeout=20.0)
+
+    def interrupt_the_wait() -> None:  # Ctrl-C once pg_locks shows the charge waiting for the lock
+        with psycopg.connect(url, autocommit=True) as watcher:
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline and not watcher.execute(
+                    "SELECT 1 FROM pg_locks WHERE database = (SELECT oid FROM pg_database WHERE datname = "
+                    "current_database()) AND relation = 'ledger_entries'::regclass AND NOT granted").fetchall():
+                time.sleep(0.01)
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)  # type: ignore[arg-type]
+
     with psycopg.connect(url) as other:
         other.execute("LOCK TABLE ledger_entries, ledger_totals IN EXCLUSIVE MODE")
-        timer = threading.Timer(0.5, signal.pthread_kill, (threading.main_thread().ident, signal.SIGINT))
+        timer = threading.Thread(target=interrupt_the_wait)
         t0 = time.monotonic()
         timer.start()
         with pytest.raises(KeyboardInterrupt):
