@@ -59,9 +59,11 @@ from dpsql.plan.typer import (
     TypeRefusal,
     allow_list_problems,
     check_numeric_column,
+    check_query_string_work,
     distinct_type_problem,
     func_name,
     parse_type,
+    query_string_work,
     type_checked,
     type_distinct,
     type_domain,
@@ -1716,12 +1718,19 @@ def analyze(sql: str, catalog: Mapping[str, TableSpec]) -> ir.QueryPlan:
     depends on the SQL text only.
     """
     try:
-        return _Builder(sql, catalog).build()
+        with query_string_work() as works:
+            plan = _Builder(sql, catalog).build()
     except RecursionError:
         raise UnsupportedQueryError(
             f"the query is nested too deeply (expressions may be nested at most {MAX_DEPTH} levels)",
             hint="write it with fewer nested parentheses, functions and operators",
         ) from None
+    too_much = check_query_string_work(works)
+    if too_much:
+        raise UnsupportedQueryError(
+            too_much, hint="use fewer string functions over the query's expressions, split the aggregates over "
+            "several queries, or cap texts first with LEFT(x, n) for a small literal n")
+    return plan
 
 
 def _injective_in_unit(g: exp.Expression, unit: str, unit_type: str) -> bool:

@@ -40,7 +40,9 @@ The typer then renders the expression again, for DuckDB, so that
   per row, so a needle taken from a row would let that row choose its cost. What a character costs depends on
   the text (reverse, upper/lower and trim cost 4-16 times more on four-byte characters than on ASCII letters), so
   each call counts its worst case, and an expression may do at most ``MAX_STRING_WORK`` units of string work per
-  row (``_rendered_string_work``), refused for free beyond.
+  row (``_rendered_string_work``), refused for free beyond, and the expressions of one query (its WHERE, keys and
+  every aggregate's argument, each distinct rendering once) at most ``MAX_QUERY_STRING_WORK`` together
+  (``query_string_work``).
 * group keys are canonical: text keys are grouped under the binary collation (a column
   declared with a collation, a ``default_collation`` on the connection and ``COLLATE`` in
   the query cannot merge 'A' and 'a'), floating-point keys are normalised (-0.0 -> 0.0, every
@@ -62,6 +64,8 @@ The module is pure: it reads no data and imports no database library.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import datetime as dt
 import decimal
 import functools
@@ -119,6 +123,12 @@ MAX_TEXT_BUILT = 65_536
 #: four-byte characters (DuckDB 2.0.1, one thread): the bound is about 0.45 ms per row. 150 reverse() calls made one
 #: person's row of 1024 four-byte characters cost about 4 ms more than one of ASCII letters before it
 MAX_STRING_WORK = 131_072
+#: the string work one row may do at worst in all the expressions of one query together (:func:`query_string_work`):
+#: a query evaluates each of its expressions (WHERE, GROUP BY keys, up to MAX_AGGREGATES aggregates' arguments) on
+#: every row before any cap, so MAX_STRING_WORK alone let one query do 1000 times the string work per row (100
+#: aggregates of 12 reverse() calls each made one person's 20 rows of 1024 four-byte characters cost 1.2-1.7 s of CPU
+#: more than 20 rows of ASCII letters); about 1.8 ms per row at most
+MAX_QUERY_STRING_WORK = 4 * MAX_STRING_WORK
 #: the bytes of a text read from a row that a comparison may read (max_text_bytes' default; a longer text is NULL)
 RAW_TEXT_BYTES = 65_536
 
@@ -2887,6 +2897,60 @@ def _rendered_string_work(node: exp.Expression) -> int:
     return own + sum(_rendered_string_work(c) for c in node.iter_expressions())
 
 
+#: the string work of each distinct rendering typed within :func:`query_string_work`, by its text
+_QUERY_WORK: contextvars.ContextVar[dict[str, int] | None] = contextvars.ContextVar("dpsql_query_string_work",
+                                                                                    default=None)
+
+
+@contextlib.contextmanager
+def query_string_work() -> Iterator[dict[str, int]]:
+    """Collect the string work of every expression typed meanwhile (in this thread or task), each distinct rendering
+    once (DuckDB computes a repeated expression once): the analysis of one query refuses a total above
+    :data:`MAX_QUERY_STRING_WORK` (:func:`check_query_string_work`)."""
+    works: dict[str, int] = {}
+    token = _QUERY_WORK.set(works)
+    try:
+        yield works
+    finally:
+        _QUERY_WORK.reset(token)
+
+
+def _count_query_work(rendered: exp.Expression, work: int | None = None) -> None:
+    works = _QUERY_WORK.get()
+    if works is None:
+        return
+    if work is None:
+        work = _rendered_string_work(rendered)
+    if work:
+        works[rendered.sql(dialect="duckdb")] = work
+
+
+TOO_MUCH_QUERY_STRING_WORK = (
+    f"the query's expressions may do more than {MAX_QUERY_STRING_WORK} units of string work per row together (each "
+    f"expression at most {MAX_STRING_WORK}: every expression of a query, its WHERE, GROUP BY keys and each "
+    "aggregate's argument, runs on every row before any cap, so their string work adds up)")
+
+
+def check_query_string_work(works: dict[str, int]) -> str | None:
+    """The refusal of a query whose expressions (:func:`query_string_work`) may do more string work per row together
+    than :data:`MAX_QUERY_STRING_WORK`, or None. A rendering found within another is not counted again: the analysis
+    types a part on its own too (a WHERE's conditions on the keys; COUNT(x)'s ``x`` and its test ``x IS NULL``), and
+    a part evaluated elsewhere as well (a condition of the WHERE, which is a filter of its own) is at most the one
+    WHERE's work more."""
+    if sum(works.values()) <= MAX_QUERY_STRING_WORK:
+        return None
+    kept: list[str] = []
+    total = 0
+    for text in sorted(works, key=len, reverse=True):
+        if any(text in other for other in kept):
+            continue
+        kept.append(text)
+        total += works[text]
+        if total > MAX_QUERY_STRING_WORK:
+            return TOO_MUCH_QUERY_STRING_WORK
+    return None
+
+
 def _check_rendered(node: exp.Expression, rendered: exp.Expression) -> exp.Expression:
     if _depth(rendered) > 4 * MAX_DEPTH or _size(rendered) > MAX_RENDERED_NODES:
         raise TypeRefusal([(node, TOO_LARGE)])
@@ -2894,8 +2958,10 @@ def _check_rendered(node: exp.Expression, rendered: exp.Expression) -> exp.Expre
         raise TypeRefusal([(node, TOO_MANY_SEARCHES)])
     if _rendered_text(rendered) > MAX_TEXT_BUILT:
         raise TypeRefusal([(node, TOO_MUCH_TEXT)])
-    if _rendered_string_work(rendered) > MAX_STRING_WORK:
+    work = _rendered_string_work(rendered)
+    if work > MAX_STRING_WORK:
         raise TypeRefusal([(node, TOO_MUCH_STRING_WORK)])
+    _count_query_work(rendered, work)
     return rendered
 
 
@@ -2992,6 +3058,7 @@ def type_predicate(node: exp.Expression, schema: dict[str, str], what: str = "WH
             if found is not None:
                 _TYPED.move_to_end(key)
         if found is not None:
+            _count_query_work(found[0])
             return found[0].copy() if own else found[0]
     _check_shape(node)
     problems = allow_list_problems(node)
@@ -3014,9 +3081,54 @@ def type_predicate(node: exp.Expression, schema: dict[str, str], what: str = "WH
     return typed.copy() if own else typed
 
 
+#: string work per byte of text a GROUP BY key (or a counted distinct value) builds (``_rendered_text``): the bounded
+#: query reads a key's value again after building it, in every read that groups by it (its length, its salted MD5
+#: digest, the binary collation, the second read that gives released groups their long keys' texts), about 14-17 ns
+#: a byte: one person's 2 000 rows of 1024 four-byte characters under GROUP BY concat() of 15 copies of the text
+#: (61 kB built per row, 15 360 units of string work alone) cost 2.19 s of CPU against 0.14 s under one copy
+KEY_TEXT_WORK = 4
+
+TOO_MUCH_KEY_TEXT = (f"the key may build too much text per row: each byte a GROUP BY key or a COUNT(DISTINCT ...) value "
+                     f"builds (a concatenation, a growing replace) is read again by the grouping, {KEY_TEXT_WORK} units "
+                     f"of string work a byte, and an expression may do at most {MAX_STRING_WORK}; concatenate fewer "
+                     "or shorter texts (LEFT(x, n) for a small literal n), or group by the columns themselves")
+
+
+def _built_value(node: exp.Expression) -> int:
+    """The bytes of text a value (a key, a counted value) may hold that a row built (a concatenation, a growing
+    replace, ``_rendered_text``'s own count of the node that makes the value): 0 for a value read from the row, a
+    number or a constant; a CASE, COALESCE, NULLIF, GREATEST or LEAST its largest branch."""
+    while isinstance(node, (exp.Collate, exp.Paren, exp.Cast, exp.TryCast)):
+        node = node.this
+    if isinstance(node, exp.Case):
+        branches = [i.args.get("true") for i in node.args.get("ifs") or []] + [node.args.get("default")]
+        return max((_built_value(b) for b in branches if isinstance(b, exp.Expression)), default=0)
+    if isinstance(node, exp.If):
+        branches = [node.args.get("true"), node.args.get("false")]
+        return max((_built_value(b) for b in branches if isinstance(b, exp.Expression)), default=0)
+    if isinstance(node, (exp.Coalesce, exp.Greatest, exp.Least, exp.Nullif)):
+        return max((_built_value(b) for b in node.iter_expressions()), default=0)
+    if isinstance(node, (exp.Concat, exp.ConcatWs, exp.DPipe, exp.Replace)):
+        return _rendered_text(node) - sum(_rendered_text(c) for c in node.iter_expressions())
+    return 0
+
+
+def _check_key_text(node: exp.Expression, rendered: exp.Expression) -> None:
+    """Refuse a key (or a counted distinct value) whose built text, read again by the grouping
+    (:data:`KEY_TEXT_WORK`), takes its string work above :data:`MAX_STRING_WORK`."""
+    built = _built_value(rendered)
+    if not built:
+        return
+    work = _rendered_string_work(rendered) + KEY_TEXT_WORK * built
+    if work > MAX_STRING_WORK:
+        raise TypeRefusal([(node, TOO_MUCH_KEY_TEXT)])
+    _count_query_work(rendered, work)
+
+
 def type_key(node: exp.Expression, schema: dict[str, str]) -> tuple[exp.Expression, SqlType]:
     """The total, canonical rendering of a GROUP BY key and its type (raises ``TypeRefusal``)."""
     r = type_checked(node, schema)
+    _check_key_text(node, r.expr)
     if r.type.kind == "null":
         return _cast(exp.Null(), VARCHAR, try_=False), VARCHAR
     if r.type.kind not in KEY_KINDS and r.type.kind != "strlit":
@@ -3118,6 +3230,7 @@ def type_distinct(node: exp.Expression, schema: dict[str, str],
             raise TypeRefusal(problems)
         return _row_text(typed), VARCHAR
     r = type_checked(node, schema)
+    _check_key_text(node, r.expr)
     if r.type.kind == "null":
         return _cast(exp.Null(), VARCHAR, try_=False), VARCHAR
     nested = _nested_kind(r.type) if in_row and r.type.kind not in KEY_KINDS else None
