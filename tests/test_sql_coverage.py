@@ -12,6 +12,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 import pytest
+from _sessions import fresh_and_refusing
 from conftest import make_events, run_cli
 from test_bounding import (
     assert_unbounded_caught,
@@ -40,20 +41,7 @@ def _session() -> Any:
     return sess
 
 
-@pytest.fixture
-def s() -> Any:
-    sess = _session()
-    yield sess
-    sess.close()
-
-
-@pytest.fixture(scope="module")
-def s_refusing() -> Any:
-    """One session for the tests that only ask what it refuses (through ``free``, which asserts that nothing was spent
-    or recorded): every such test sees the session as new; a test that releases anything takes ``s``."""
-    sess = _session()
-    yield sess
-    sess.close()
+s_fixture, s_refusing_fixture = fresh_and_refusing(_session, "s", "s_refusing")
 
 
 def free(sess: Any, sql: str, cls: type = errors.UnsupportedQueryError) -> str:

@@ -9,6 +9,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from _sessions import fresh_and_refusing
 from conftest import make_events, run_cli
 from test_bounding import neighbour_outputs, plan_for, sensitivity_violations, spec_for
 
@@ -27,20 +28,7 @@ def _session() -> Any:
     return sess
 
 
-@pytest.fixture
-def s() -> Any:
-    sess = _session()
-    yield sess
-    sess.close()
-
-
-@pytest.fixture(scope="module")
-def s_refusing() -> Any:
-    """One session for the tests that only ask what it refuses: a refusal charges and records nothing (each test
-    checks so), so every such test sees the session as new; a test that releases anything takes ``s``."""
-    sess = _session()
-    yield sess
-    sess.close()
+s_fixture, s_refusing_fixture = fresh_and_refusing(_session, "s", "s_refusing")
 
 
 def free(sess: Any, sql: str, cls: type = errors.UnsupportedQueryError) -> str:

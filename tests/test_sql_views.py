@@ -9,6 +9,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from _sessions import fresh_and_refusing
 from sqlglot import exp
 
 import dpsql
@@ -45,20 +46,7 @@ def _shop() -> dpsql.Session:
     return s
 
 
-@pytest.fixture
-def shop():
-    s = _shop()
-    yield s
-    s.close()
-
-
-@pytest.fixture(scope="module")
-def shop_refusing():
-    """One session for the tests that only ask what it refuses: a refusal charges and records nothing (each test
-    checks so), so every such test sees the session as new; a test that releases anything takes ``shop``."""
-    s = _shop()
-    yield s
-    s.close()
+shop_fixture, shop_refusing_fixture = fresh_and_refusing(_shop, "shop", "shop_refusing")
 
 
 def _answer(s: dpsql.Session, sql: str) -> list[tuple[Any, ...]]:

@@ -10,6 +10,7 @@ import duckdb
 import pyarrow as pa
 import pytest
 import sqlglot
+from _sessions import fresh_and_refusing
 from conftest import run_cli
 
 import dpsql
@@ -47,20 +48,7 @@ def _shop() -> dpsql.Session:
     return s
 
 
-@pytest.fixture
-def shop():
-    s = _shop()
-    yield s
-    s.close()
-
-
-@pytest.fixture(scope="module")
-def shop_refusing():
-    """One session for the tests that only ask what it refuses: a refusal charges and records nothing (each test
-    checks so), so every such test sees the session as new; a test that releases anything takes ``shop``."""
-    s = _shop()
-    yield s
-    s.close()
+shop_fixture, shop_refusing_fixture = fresh_and_refusing(_shop, "shop", "shop_refusing")
 
 
 def _refused(s: dpsql.Session, sql: str, exc: type[Exception], match: str, **kw: float) -> str:
