@@ -226,6 +226,12 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 #: workload and join reads), the engine's operations (test_backend_ops.py[spark]) and its lowering and functions.
 #: Keys: a test file, or a test id's beginning; values: what the default run checks of the same property.
 EXTENDED = {
+    "test_adversary_round68b.py::test_answers_are_the_same_on_both_engines":
+        "answers at zero noise alike on both engines: test_spark.py (test_bounded_aggregates_are_the_same_on_duckdb_and_spark, "
+        "every shape, and test_zero_noise_releases_are_the_same); round 68b's refusals and charges on both stay",
+    "test_adversary_round68b.py::test_a_derived_join_key_and_its_null_group_are_the_same_on_both_engines":
+        "derived grouped-join keys and their NULL group alike on both engines: "
+        "test_spark_join_group_expressions.py::test_zero_noise_releases_of_derived_keys_are_the_same",
     "test_adversary_round65c.py::test_removing_one_person_moves_each_count_by_at_most_one_in_at_most_c_u_groups":
         "counts of people over joins on neighbours over random schemas: test_join_count_people.py removes each "
         "person of the TPC-H schema in turn; round 65c's negative control (two people removed move a count by two) stays",
